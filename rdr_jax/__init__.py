@@ -1,0 +1,38 @@
+"""rdr_jax: randomized dimension reduction with statistical guarantees, in JAX.
+
+Foundations (this package's top level):
+
+* :func:`as_operator` and :mod:`rdr_jax.operators` -- the linear-operator protocol
+  (dense, scipy.sparse, BCOO, implicit, factored);
+* :mod:`rdr_jax.sketching` -- Gaussian, SRTT and sparse sign embeddings;
+* :func:`rangefinder`, :func:`range_sketch`, :func:`rsvd` -- randomized rangefinder/SVD
+  with (stable or plain) power iterations;
+* :mod:`rdr_jax.norms` -- randomized spectral/Frobenius norm estimators;
+* :mod:`rdr_jax.matrices` -- the thesis' test matrices (SNN, prescribed spectra, Kahan);
+* :mod:`rdr_jax.datasets` -- offline loaders (MNIST IDX, Matrix Market, YaleFace .mat,
+  scikit-learn digits).
+"""
+
+from rdr_jax import datasets, matrices, norms, operators, sketching
+from rdr_jax.norms import frobenius_norm, spectral_norm, spectral_norm_upper
+from rdr_jax.operators import (
+    DenseOperator,
+    FactoredOperator,
+    ImplicitOperator,
+    LinearOperator,
+    SparseOperator,
+    as_operator,
+    exact_singular_values,
+    factored_operator,
+    implicit_operator,
+)
+from rdr_jax.rangefinder import RSVD, range_sketch, rangefinder, rsvd
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DenseOperator", "FactoredOperator", "ImplicitOperator", "LinearOperator", "SparseOperator",
+    "RSVD", "as_operator", "datasets", "exact_singular_values", "factored_operator",
+    "frobenius_norm", "implicit_operator", "matrices", "norms", "operators", "range_sketch",
+    "rangefinder", "rsvd", "sketching", "spectral_norm", "spectral_norm_upper",
+]

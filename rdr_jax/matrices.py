@@ -1,0 +1,210 @@
+"""Test matrices of the thesis (Secs. ``subsec:exp_cur``, ``subsec:target_matrix``,
+``subsec:balance_oversampling_power_iterations_example``).
+
+* :func:`snn` -- sparse non-negative ``A = X diag(d) Y^T`` (Eqs. ``eq:cur_snn_def``,
+  ``eq:snn-def``): X (m x r), Y (n x r) sparse with U(0, 1) entries at a given density and
+  ``d_i = a / i`` for ``i <= r1``, ``1 / i`` after (:func:`snn_spectrum`). Dense, or factored
+  (a :class:`~rdr_jax.operators.FactoredOperator` that scales to 10^6 x 10^6).
+  :func:`snn1e3` and :func:`snn1e6` are the thesis' two instances.
+* :func:`with_spectrum` -- ``A = U diag(s) V^H`` with Haar-random orthonormal U, V
+  (orthonormalised Gaussian matrices) and a prescribed spectrum; spectra helpers
+  :func:`polynomial_decay`, :func:`exponential_decay`, :func:`step_spectrum`.
+* :func:`kahan` -- the Kahan matrix, the classical adversarial input for column-pivoted QR.
+
+Generators draw on the host from a seed taken from the JAX key (so the same key gives the
+same matrix); call them outside ``jit``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+
+from rdr_jax import _validation as V
+from rdr_jax.operators import FactoredOperator, SparseOperator, DenseOperator
+
+__all__ = ["snn", "snn_spectrum", "snn1e3", "snn1e6", "with_spectrum", "polynomial_decay",
+           "exponential_decay", "step_spectrum", "kahan"]
+
+
+def _host_rng(key) -> np.random.Generator:
+    key = V.check_key(key)
+    seed = np.asarray(jax.random.bits(key, (4,), jnp.uint32)).astype(np.uint64)
+    return np.random.default_rng([int(s) for s in seed])
+
+
+def _dtype(dtype):
+    return V.check_dtype("dtype", dtype if dtype is not None else V.default_float(),
+                         allow_complex=False)
+
+
+# --------------------------------------------------------------------------------------
+def snn_spectrum(r: int, *, a: float = 2.0, r1: int = 100) -> np.ndarray:
+    """SNN weights ``d_i = a / i`` for ``i <= r1`` and ``1 / i`` for ``r1 < i <= r`` (float64).
+
+    Thesis Eq. ``eq:snn-def`` (``SNN(a, r1)``); SNN1e3/SNN1e6 use ``a = 2, r1 = 100``.
+    """
+    r = V.check_int("r", r, low=1)
+    r1 = V.check_int("r1", r1, low=0)
+    i = np.arange(1, r + 1, dtype=np.float64)
+    return np.where(i <= r1, a / i, 1.0 / i)
+
+
+def _sparse_uniform(rng, rows: int, cols: int, density: float) -> sp.csc_matrix:
+    nnz = int(round(density * rows * cols))
+    if nnz == 0:
+        return sp.csc_matrix((rows, cols))
+    flat = rng.choice(rows * cols, size=nnz, replace=False) if rows * cols < 2**31 else \
+        np.unique(rng.integers(0, rows * cols, size=nnz, dtype=np.int64))
+    return sp.coo_matrix((rng.random(flat.shape[0]), (flat % rows, flat // rows)),
+                         shape=(rows, cols)).tocsc()
+
+
+def snn(key, m: int, n: int, *, r: int | None = None, a: float = 2.0, r1: int = 100,
+        density: float = 1e-3, spectrum: Any = None, factored: bool = False, dtype=None):
+    """Random sparse non-negative matrix ``A = sum_i d_i x_i y_i^T = X diag(d) Y^T``.
+
+    Thesis Eqs. ``eq:cur_snn_def`` / ``eq:snn-def``: ``x_i in R^m``, ``y_i in R^n`` sparse
+    with i.i.d. U(0, 1) nonzeros at uniformly random positions, ``density`` of the entries of
+    X (m x r) and Y (n x r) nonzero. ``d`` is :func:`snn_spectrum` ``(r, a, r1)`` unless
+    ``spectrum`` is given. Note the singular values of A are *not* ``d`` (the factors are not
+    orthonormal): use :func:`rdr_jax.exact_singular_values`, which works on the factored form.
+
+    Args:
+      key: ``jax.random.key``.
+      m, n: matrix size.
+      r: number of terms (default ``min(m, n)``).
+      a, r1: spectrum parameters (ignored when ``spectrum`` is given).
+      density: fraction of nonzeros in each factor, in (0, 1].
+      spectrum: optional explicit weights d (length r, non-negative).
+      factored: return a :class:`~rdr_jax.operators.FactoredOperator` with sparse factors
+        instead of a dense array (required for large m, n).
+      dtype: float32/float64.
+
+    Returns:
+      A dense ``jax.Array`` (m x n) or a ``FactoredOperator``.
+
+    Example:
+      >>> A = snn(jax.random.key(0), 1000, 1000, r=1000, density=1e-3)   # SNN1e3
+    """
+    m = V.check_int("m", m, low=1)
+    n = V.check_int("n", n, low=1)
+    r = V.check_int("r", r if r is not None else min(m, n), low=1)
+    if not (0 < float(density) <= 1):
+        raise ValueError(f"density must be in (0, 1]; got {density}")
+    dt = _dtype(dtype)
+    if spectrum is None:
+        d = snn_spectrum(r, a=a, r1=r1)
+    else:
+        d = np.asarray(spectrum, dtype=np.float64)
+        if d.shape != (r,):
+            raise ValueError(f"spectrum must have shape ({r},) (one weight per term); "
+                             f"got {d.shape}")
+        if not np.all(np.isfinite(d)) or np.any(d < 0):
+            raise ValueError("spectrum must be finite and non-negative")
+    if not factored and m * n > 2**28:
+        raise ValueError(f"a dense {m} x {n} SNN matrix is too large; pass factored=True")
+    rng = _host_rng(key)
+    X = _sparse_uniform(rng, m, r, density)
+    Y = _sparse_uniform(rng, n, r, density)
+    if factored:
+        return FactoredOperator(SparseOperator.from_scipy(X, dt), jnp.asarray(d, dt),
+                                SparseOperator.from_scipy(Y, dt))
+    A = (X @ sp.diags(d) @ Y.T).toarray()
+    return jnp.asarray(A.astype(dt))
+
+
+def snn1e3(key, *, dtype=None):
+    """``SNN1e3``: 1000 x 1000, r = 1000, ``d_i = 2/i`` (i <= 100) then ``1/i``, density 1e-3."""
+    return snn(key, 1000, 1000, r=1000, a=2.0, r1=100, density=1e-3, dtype=dtype)
+
+
+def snn1e6(key, *, m: int = 10**6, n: int = 10**6, r: int = 400, dtype=None):
+    """``SNN1e6``: 10^6 x 10^6 factored, r = 400, ``d_i = 2/i`` (i <= 100) then ``1/i``,
+    factor density 2/r (about two nonzeros per row of each factor)."""
+    return snn(key, m, n, r=r, a=2.0, r1=100, density=2.0 / r, factored=True, dtype=dtype)
+
+
+# --------------------------------------------------------------------------------------
+def polynomial_decay(r: int, *, r1: int = 20, power: float = 0.5) -> np.ndarray:
+    """``sigma_i = 1`` for ``i <= r1``, ``(i - r1 + 1)^(-power)`` after (thesis "slow decay",
+    ``power = 1/2``, Sec. ``subsec:target_matrix``)."""
+    r = V.check_int("r", r, low=1)
+    i = np.arange(1, r + 1, dtype=np.float64)
+    return np.where(i <= r1, 1.0, np.maximum(i - r1 + 1, 1.0) ** (-power))
+
+
+def exponential_decay(r: int, *, r1: int = 20, base: float = 0.99,
+                      floor: float = 1e-3) -> np.ndarray:
+    """``sigma_i = 1`` for ``i <= r1``, ``max(base^(i - r1), floor)`` after (thesis "fast
+    decay", Sec. ``subsec:target_matrix``)."""
+    r = V.check_int("r", r, low=1)
+    i = np.arange(1, r + 1, dtype=np.float64)
+    return np.where(i <= r1, 1.0, np.maximum(base ** (i - r1), floor))
+
+
+def step_spectrum(r: int, k: int, gap: float, *, sigma1: float = 1.0) -> np.ndarray:
+    """Step spectrum of the budget example (Sec.
+    ``subsec:balance_oversampling_power_iterations_example``): ``sigma_i = sigma1`` for
+    ``i <= k`` and ``sigma1 / gap`` after, i.e. spectral gap ``sigma_1 / sigma_{k+1} = gap``."""
+    r = V.check_int("r", r, low=1)
+    k = V.check_int("k", k, low=1, high=r)
+    if not gap >= 1:
+        raise ValueError(f"gap must be >= 1; got {gap}")
+    return np.where(np.arange(1, r + 1) <= k, sigma1, sigma1 / gap).astype(np.float64)
+
+
+def with_spectrum(key, m: int, n: int, spectrum: Any, *, dtype=None, factored: bool = False):
+    """``A = U diag(s) V^T`` with Haar-random orthonormal U (m x r), V (n x r).
+
+    Thesis Sec. ``subsec:target_matrix`` (2): ``U = orth(G_m)``, ``V = orth(G_n)`` for
+    Gaussian ``G_m, G_n``; the singular values of A are exactly ``s`` (sorted descending).
+
+    Args:
+      key: ``jax.random.key``.
+      m, n: matrix size; ``r = len(spectrum) <= min(m, n)``.
+      spectrum: non-negative singular values (any order; sorted descending).
+      dtype: float32/float64.
+      factored: return ``FactoredOperator(U, s, V)`` instead of the dense product.
+
+    Example:
+      >>> A = with_spectrum(jax.random.key(0), 500, 500, polynomial_decay(500))
+    """
+    m = V.check_int("m", m, low=1)
+    n = V.check_int("n", n, low=1)
+    s = np.sort(np.asarray(spectrum, np.float64))[::-1]
+    if s.ndim != 1 or s.size < 1 or s.size > min(m, n):
+        raise ValueError(f"spectrum must be 1-D with 1 <= len <= min(m, n) = {min(m, n)}; "
+                         f"got shape {s.shape}")
+    if not np.all(np.isfinite(s)) or s[-1] < 0:
+        raise ValueError("spectrum must be finite and non-negative")
+    dt = _dtype(dtype)
+    rng = _host_rng(key)
+    U = np.linalg.qr(rng.standard_normal((m, s.size)))[0]
+    Vm = np.linalg.qr(rng.standard_normal((n, s.size)))[0]
+    if factored:
+        return FactoredOperator(DenseOperator(jnp.asarray(U, dt)), jnp.asarray(s, dt),
+                                DenseOperator(jnp.asarray(Vm, dt)))
+    return jnp.asarray(((U * s) @ Vm.T).astype(dt))
+
+
+def kahan(n: int, *, theta: float = 1.2, perturb: float = 25.0, dtype=None) -> jax.Array:
+    """Kahan matrix ``K = diag(1, s, ..., s^(n-1)) (I - c U)`` with ``c = cos(theta)``,
+    ``s = sin(theta)`` and U the strictly upper triangular matrix of ones.
+
+    Column-pivoted QR does not pivot on K (all column norms tie in exact arithmetic; the
+    diagonal perturbation ``perturb * eps * diag(n, n-1, ..., 1)``, as in MATLAB's
+    ``gallery('kahan')``, makes the tie-break deterministic), yet ``R_11`` is far from
+    revealing the rank: the classical example where the 2^(l-i) growth of CPQR's
+    ``|R_11^-1 R_12|`` bound is attained (thesis Sec. ``subsec:pivoting_mat_decomp``).
+    """
+    n = V.check_int("n", n, low=1)
+    dt = _dtype(dtype)
+    c, s = np.cos(theta), np.sin(theta)
+    K = np.diag(s ** np.arange(n)) @ (np.eye(n) - c * np.triu(np.ones((n, n)), 1))
+    K = K + perturb * np.finfo(np.dtype(dt)).eps * np.diag(np.arange(n, 0, -1))
+    return jnp.asarray(K.astype(dt))

@@ -1,0 +1,182 @@
+"""Randomized rangefinder and randomized SVD (thesis Sec. ``subsec:rsvd``, Algorithm
+``algo:rsvd_power_iterations``).
+
+With an embedding ``Omega`` (l x n) the range sketch with q power iterations is
+
+* plain (thesis Eq. ``eq:def_power_iter``):  ``Y = (A A^H)^q A Omega^H``;
+* stable (Eq. ``eq:ortho_power_iter`` / ``eq:stable_power_iter``):
+  ``Y_0 = orth(A Omega^H)``, ``Y_i = orth(A orth(A^H Y_{i-1}))`` for i = 1..q,
+
+and ``Q = orth(Y)`` is an orthonormal basis approximating the leading left singular
+subspace. The plain form loses accuracy for ill-conditioned A when q > 1 (the columns of Y
+align with the top singular vector in floating point); the stable form re-orthonormalises
+after every half iteration at O(q (m + n) l^2) extra cost.
+
+The randomized SVD (Eq. ``eq:rsvd_procedures``) then takes the SVD of the small
+``Q^H A`` (l x n): ``Q^H A = U_t S V^H``, ``U = Q U_t``.
+
+For the *row* space (Chapter 2's row basis approximators, e.g. ``X = Gamma A`` or the
+"1piter" ``X = Gamma A A^H A``) use the adjoint operator:
+``range_sketch(key, as_operator(A).H, l, ...)`` returns ``X^H`` (n x l).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from rdr_jax import _validation as V
+from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
+from rdr_jax.sketching import SKETCHES, make_sketch
+
+__all__ = ["rangefinder", "range_sketch", "rsvd", "RSVD"]
+
+
+class RSVD(NamedTuple):
+    """Truncated SVD ``A ~ U diag(s) Vt``: U (m x k), s (k,) descending, Vt (k x n)."""
+
+    U: jax.Array
+    s: jax.Array
+    Vt: jax.Array
+
+
+def _orth(Y):
+    return jnp.linalg.qr(Y, mode="reduced")[0]
+
+
+def _range_sketch(key, op: LinearOperator, l: int, power_iters: int, sketch: str,
+                  stable: bool, sketch_options: tuple):
+    m, n = op.shape
+    dt = op.dtype
+    S = make_sketch(sketch, key, l, n, dtype=dt, **dict(sketch_options))
+    # A Omega^H = (Omega A^H)^H : the sketch meets A^H through the operator's fast path
+    Y = S.apply(op.H).conj().T
+    if stable:
+        Y = _orth(Y)
+    for _ in range(power_iters):
+        Z = op.rmatmat(Y)
+        if stable:
+            Z = _orth(Z)
+        Y = op.matmat(Z)
+        if stable:
+            Y = _orth(Y)
+    return Y
+
+
+@functools.partial(jax.jit, static_argnames=("l", "power_iters", "sketch", "stable",
+                                             "sketch_options", "orthonormalize"))
+def _range_jit(key, op, l, power_iters, sketch, stable, sketch_options, orthonormalize):
+    Y = _range_sketch(key, op, l, power_iters, sketch, stable, sketch_options)
+    return _orth(Y) if orthonormalize else Y
+
+
+def _check_common(key, A, l, power_iters, sketch, sketch_options):
+    key = V.check_key(key)
+    op = as_operator(A)
+    m, n = op.shape
+    l = V.check_int("l", l, low=1, high=min(m, n), high_desc=f"min(m, n) for A of shape {(m, n)}")
+    q = V.check_int("power_iters", power_iters, low=0)
+    if not isinstance(sketch, str) or sketch not in SKETCHES:
+        raise ValueError(f"sketch must be one of {sorted(SKETCHES)}; got {sketch!r}")
+    opts = tuple(sorted((sketch_options or {}).items()))
+    return key, op, l, q, opts
+
+
+def range_sketch(key, A: Any, l: int, *, power_iters: int = 0, sketch: str = "gaussian",
+                 stable: bool = True, sketch_options: dict | None = None) -> jax.Array:
+    """Range sketch ``Y`` (m x l) with q power iterations, not orthonormalised at the end
+    when ``stable=False`` (Eq. ``eq:def_power_iter``: ``Y = (A A^H)^q A Omega^H``).
+
+    Chapter 2's plain "1piter" row basis approximator ``X = Gamma A A^H A`` (l x n) is
+    ``range_sketch(key, as_operator(A).H, l, power_iters=1, stable=False).conj().T``.
+    Arguments as :func:`rangefinder`.
+    """
+    key, op, l, q, opts = _check_common(key, A, l, power_iters, sketch, sketch_options)
+    return _range_jit(key, op, l, q, sketch, bool(stable), opts, False)
+
+
+def rangefinder(key, A: Any, l: int, *, power_iters: int = 0, sketch: str = "gaussian",
+                stable: bool = True, sketch_options: dict | None = None) -> jax.Array:
+    """Orthonormal basis ``Q`` (m x l) of a randomized range sketch of ``A``.
+
+    Implements thesis Eqs. ``eq:def_power_iter`` (``stable=False``) and
+    ``eq:ortho_power_iter`` (``stable=True``). For a Gaussian sketch and ``l >= k + 2``,
+
+        ``E ||A - Q Q^H A||_F^2 <= (l - 1) / (l - k - 1) ||A - A_k||_F^2``
+
+    (Eq. ``eq:rand_rangefinder_error_bound``, Halko et al. 2011 Thm 10.5).
+
+    Args:
+      key: ``jax.random.key``.
+      A: matrix or operator (dense, scipy.sparse, BCOO, implicit, factored), m x n.
+      l: sketch size, ``1 <= l <= min(m, n)`` (static).
+      power_iters: q >= 0 (static).
+      sketch: ``"gaussian"``, ``"srtt"`` or ``"sparse_sign"``.
+      stable: re-orthonormalise every half iteration (default); ``False`` is the plain power
+        iteration of the thesis' "1piter" variants.
+      sketch_options: extra keyword arguments for the sketch (e.g. ``{"zeta": 4}``).
+
+    Returns:
+      ``Q`` (m x l) with orthonormal columns, dtype of A.
+
+    Raises:
+      ValueError/TypeError: bad ``A`` (non-2-D, NaN/Inf, integer dtype), ``l`` outside
+        ``[1, min(m, n)]``, negative ``power_iters``, unknown ``sketch``.
+
+    Example:
+      >>> Q = rangefinder(jax.random.key(0), A, 20, power_iters=1)
+      >>> err = jnp.linalg.norm(A - Q @ (Q.T @ A))
+    """
+    key, op, l, q, opts = _check_common(key, A, l, power_iters, sketch, sketch_options)
+    return _range_jit(key, op, l, q, sketch, bool(stable), opts, True)
+
+
+@functools.partial(jax.jit, static_argnames=("k", "l", "power_iters", "sketch", "stable",
+                                             "sketch_options"))
+def _rsvd_jit(key, op, k, l, power_iters, sketch, stable, sketch_options):
+    Q = _orth(_range_sketch(key, op, l, power_iters, sketch, stable, sketch_options))
+    B = op.rmatmat(Q).conj().T                                   # Q^H A  (l x n)
+    Ut, s, Vt = jnp.linalg.svd(B, full_matrices=False)
+    U = jnp.matmul(Q, Ut, precision=HIGHEST)
+    return RSVD(U[:, :k], s[:k], Vt[:k])
+
+
+def rsvd(key, A: Any, k: int, *, oversample: int = 10, l: int | None = None,
+         power_iters: int = 0, sketch: str = "gaussian", stable: bool = True,
+         sketch_options: dict | None = None) -> RSVD:
+    """Randomized truncated SVD (thesis Algorithm ``algo:rsvd_power_iterations``,
+    Eq. ``eq:rsvd_procedures``).
+
+    ``Q = rangefinder(key, A, l, ...)``; ``[U_t, S, V] = svd(Q^H A)``; return the leading k
+    triplets of ``(Q U_t, S, V^H)``.
+
+    Args:
+      key: ``jax.random.key``.
+      A: matrix or operator, m x n.
+      k: target rank (static), ``1 <= k <= l``.
+      oversample: ``l = min(k + oversample, min(m, n))`` when ``l`` is not given.
+      l: explicit sketch size (overrides ``oversample``), ``k <= l <= min(m, n)``.
+      power_iters, sketch, stable, sketch_options: as :func:`rangefinder`.
+
+    Returns:
+      :class:`RSVD` ``(U, s, Vt)`` with U (m x k), s (k,), Vt (k x n).
+
+    Example:
+      >>> U, s, Vt = rsvd(jax.random.key(0), A, 10, power_iters=2)
+    """
+    op = as_operator(A)
+    m, n = op.shape
+    k = V.check_int("k", k, low=1, high=min(m, n), high_desc=f"min(m, n) for A of shape {(m, n)}")
+    if l is None:
+        p = V.check_int("oversample", oversample, low=0)
+        l = min(k + p, m, n)
+    else:
+        l = V.check_int("l", l, low=1, high=min(m, n),
+                        high_desc=f"min(m, n) for A of shape {(m, n)}")
+        if k > l:
+            raise ValueError(f"k must be <= l; got k = {k} > l = {l}")
+    key, op, l, q, opts = _check_common(key, op, l, power_iters, sketch, sketch_options)
+    return _rsvd_jit(key, op, k, l, q, sketch, bool(stable), opts)

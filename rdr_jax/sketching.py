@@ -1,0 +1,412 @@
+"""Randomized linear embeddings (sketches), thesis Sec. ``subsec:embedding``.
+
+Three families, each an l x m random matrix ``Gamma`` with ``E[Gamma^H Gamma] = I_m``:
+
+* :func:`gaussian` -- i.i.d. ``N(0, 1/l)`` entries. Sketching cost O(nnz(A) l)
+  (thesis Table ``tab:embedding_summary``).
+* :func:`srtt` -- subsampled randomized trigonometric transform
+  ``Gamma = sqrt(m/l) P_{m->l} T Phi Pi_{m->m}``: a random row permutation ``Pi``, random
+  signs ``Phi`` (unit phases for complex), an orthonormal transform ``T`` (DCT-II or
+  discrete Hartley for real data, DFT for complex) and a uniform choice of l of the m rows
+  ``P``. Cost O(mn log m).
+* :func:`sparse_sign` -- ``Gamma = zeta^{-1/2} [s_1, ..., s_m]``, each column holding zeta
+  independent Rademacher signs at zeta distinct uniformly random rows. Cost O(nnz(A) zeta);
+  never materialised when applied. (The thesis writes the scale as sqrt(m/zeta) in one
+  place; 1/sqrt(zeta) is the scaling that gives ``E[Gamma^T Gamma] = I_m`` and the one the
+  authors' code uses.)
+
+Every sketch is a pytree (``jit``/``vmap`` friendly: ``jax.vmap(lambda k: gaussian(k, l,
+m).apply(A))(keys)`` gives a batch of sketches) with
+
+* ``.apply(A)`` = ``Gamma @ A`` for any operator accepted by :func:`rdr_jax.as_operator`
+  (dense, scipy.sparse, BCOO, implicit, factored),
+* ``.todense()`` = the l x m matrix, ``.adjoint_dense()`` = ``Gamma^H`` (m x l),
+* ``.shape`` = (l, m).
+
+``l``, ``m`` and ``zeta`` are Python ints (static under jit). The same key always gives the
+same sketch, with or without jit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rdr_jax import _validation as V
+from rdr_jax.operators import HIGHEST, _pytree, as_operator
+
+__all__ = ["gaussian", "srtt", "sparse_sign", "make_sketch", "SKETCHES", "GaussianSketch",
+           "SRTTSketch", "SparseSignSketch", "hash_normal"]
+
+
+class _Sketch:
+    """Shared part of the sketch protocol."""
+
+    l: int
+    m: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.l, self.m)
+
+    def apply(self, A):
+        """``Gamma @ A`` for a matrix or operator A with ``m`` rows."""
+        op = as_operator(A)
+        if op.shape[0] != self.m:
+            raise ValueError(f"A has {op.shape[0]} rows but the sketch has m = {self.m} "
+                             f"columns (sketch shape {self.shape})")
+        return op.apply_sketch(self)
+
+    def __matmul__(self, A):
+        return self.apply(A)
+
+    def _out_dtype(self, dtype):
+        return jnp.result_type(self.dtype, dtype if dtype is not None else self.dtype)
+
+    def apply_sparse(self, S):
+        """``Gamma @ S`` for a :class:`~rdr_jax.operators.SparseOperator`: ``(S^H Gamma^H)^H``."""
+        return S.rmatmat(self.adjoint_dense(S.dtype)).conj().T
+
+    def adjoint_dense(self, dtype=None):
+        """``Gamma^H`` as a dense (m x l) array."""
+        return self.todense(dtype).conj().T
+
+    def __repr__(self):
+        return f"{type(self).__name__}(l={self.l}, m={self.m}, dtype={self.dtype})"
+
+
+# --------------------------------------------------------------------------------------
+# Gaussian
+# --------------------------------------------------------------------------------------
+_M1 = np.uint32(0x21F0AAAD)
+_M2 = np.uint32(0x735A2D97)
+
+
+def _mix32(x):
+    """lowbias32 integer hash (xorshift-multiply, bijective on uint32)."""
+    x = x ^ (x >> 16)
+    x = x * _M1
+    x = x ^ (x >> 15)
+    x = x * _M2
+    return x ^ (x >> 15)
+
+
+def hash_normal(key, shape: tuple[int, int], dtype=jnp.float32):
+    """Standard normal (l x m) array from a counter-based hash generator.
+
+    Entry (i, j) is ``sqrt(2) erfinv(v)`` with ``v`` uniform on an odd grid in (-1, 1) built from
+    ``h = mix(mix(mix(i + s0) ^ mix(j ^ s1)) + s1)`` (one 32-bit word for float32; a second
+    word for the 53-bit float64 mantissa), where ``s0, s1`` are 32 random bits drawn from
+    ``key`` with ``jax.random.bits`` and ``mix`` is the lowbias32 xorshift-multiply hash.
+    Counter-based, so any element is computed independently (parallel, no state); about
+    5x faster than threefry ``jax.random.normal`` on CPU (see ``experiments/bench_sketch.py``).
+    Not cryptographic; moments and the embedding property are tested in ``tests/``.
+    """
+    s = jax.random.bits(key, (2,), jnp.uint32)
+    rows = jax.lax.broadcasted_iota(jnp.uint32, shape, 0)
+    cols = jax.lax.broadcasted_iota(jnp.uint32, shape, 1)
+    h = _mix32(_mix32(_mix32(rows + s[0]) ^ _mix32(cols ^ s[1])) + s[1])
+    # v = 2u - 1 on the odd grid (2x - (2^b - 1)) / 2^b, exact in floating point, in (-1, 1)
+    if np.dtype(dtype) == np.float64:
+        h2 = _mix32(h + s[0])
+        x = (h >> 5).astype(jnp.float64) * 67108864.0 + (h2 >> 6).astype(jnp.float64)
+        v = (2.0 * x - (2.0 ** 53 - 1)) * (2.0 ** -53)
+    else:
+        x = (h >> 8).astype(jnp.int32)
+        v = (2 * x - (2 ** 24 - 1)).astype(jnp.float32) * np.float32(2.0 ** -24)
+    return (np.sqrt(2.0) * jax.lax.erf_inv(v.astype(dtype))).astype(dtype)
+
+
+@_pytree(meta=("l", "m", "dtype_", "generator"))
+class GaussianSketch(_Sketch):
+    """Gaussian embedding with i.i.d. ``N(0, 1/l)`` entries (complex: ``CN(0, 1/l)``).
+
+    Only the key is stored; the matrix is generated where it is used, in the precision of
+    the product (so a float32 sketch applied to float64 data is drawn in float64).
+    """
+
+    key: jax.Array
+    l: int
+    m: int
+    dtype_: str
+    generator: str
+
+    @property
+    def dtype(self):
+        return np.dtype(self.dtype_)
+
+    def todense(self, dtype=None):
+        dt = np.dtype(self._out_dtype(dtype))
+        draw = _GENERATORS[self.generator]
+        if dt.kind == "c":
+            rdt = V.real_dtype(dt)
+            kr, ki = jax.random.split(self.key)
+            G = (draw(kr, (self.l, self.m), rdt) + 1j * draw(ki, (self.l, self.m), rdt))
+            return (G / np.sqrt(2 * self.l)).astype(dt)
+        return draw(self.key, (self.l, self.m), dt) / np.asarray(np.sqrt(self.l), dt)
+
+    def apply_dense(self, A):
+        G = self.todense(A.dtype)
+        return jnp.matmul(G, A.astype(G.dtype), precision=HIGHEST)
+
+
+_GENERATORS: dict[str, Callable] = {
+    "threefry": lambda key, shape, dtype: jax.random.normal(key, shape, dtype),
+    "hash": hash_normal,
+}
+
+
+def gaussian(key, l: int, m: int, *, dtype=None, generator: str = "threefry") -> GaussianSketch:
+    """Gaussian embedding ``Gamma`` (l x m), entries i.i.d. ``N(0, 1/l)`` (thesis Sec. 2.2.2 (1)).
+
+    ``E[Gamma^H Gamma] = I_m``; with ``l = k + p`` it solves the randomized rangefinder
+    problem with ``E||A - A X^+ X||_F^2 <= (l-1)/(l-k-1) ||A - A_k||_F^2`` for ``X = Gamma A``
+    (thesis Eq. ``eq:rand_rangefinder_error_bound``).
+
+    Args:
+      key: a ``jax.random.key``.
+      l: sketch size (static int >= 1).
+      m: number of columns of Gamma = rows of the matrices it is applied to (static int).
+      dtype: float32/float64/complex64/complex128 (default float64 under x64, else float32).
+      generator: ``"threefry"`` (``jax.random.normal`` with the key's own implementation) or
+        ``"hash"`` (:func:`hash_normal`, ~5x faster on CPU where generation, not the GEMM,
+        dominates the cost).
+
+    Example:
+      >>> S = gaussian(jax.random.key(0), 20, 1000)
+      >>> S.apply(jnp.ones((1000, 5))).shape
+      (20, 5)
+    """
+    key = V.check_key(key)
+    l = V.check_int("l", l, low=1)
+    m = V.check_int("m", m, low=1)
+    if generator not in _GENERATORS:
+        raise ValueError(f"generator must be one of {sorted(_GENERATORS)}; got {generator!r}")
+    dt = V.check_dtype("dtype", dtype if dtype is not None else V.default_float())
+    return GaussianSketch(key, l, m, dt.name, generator)
+
+
+# --------------------------------------------------------------------------------------
+# SRTT
+# --------------------------------------------------------------------------------------
+def _hartley(X, axis=0):
+    F = jnp.fft.fft(X, axis=axis, norm="ortho")
+    return (F.real - F.imag).astype(X.dtype)
+
+
+_TRANSFORMS = {
+    # name: (forward along axis 0, adjoint along axis 0)
+    "dct": (lambda X: jax.scipy.fft.dct(X, type=2, norm="ortho", axis=0),
+            lambda X: jax.scipy.fft.idct(X, type=2, norm="ortho", axis=0)),
+    "hartley": (_hartley, _hartley),  # the orthonormal DHT is symmetric and involutory
+    "fft": (lambda X: jnp.fft.fft(X, axis=0, norm="ortho"),
+            lambda X: jnp.fft.ifft(X, axis=0, norm="ortho")),
+}
+
+
+@_pytree(meta=("l", "m", "dtype_", "transform", "permute"))
+class SRTTSketch(_Sketch):
+    """``Gamma = sqrt(m/l) P T Phi Pi`` (see :func:`srtt`)."""
+
+    perm: jax.Array   # (m,) row permutation Pi (identity when permute=False)
+    signs: jax.Array  # (m,) +-1 (real) or unit phases (complex)
+    rows: jax.Array   # (l,) distinct rows kept by P
+    l: int
+    m: int
+    dtype_: str
+    transform: str
+    permute: bool
+
+    @property
+    def dtype(self):
+        return np.dtype(self.dtype_)
+
+    def apply_dense(self, A):
+        dt = self._out_dtype(A.dtype)
+        X = A.astype(dt)
+        if self.permute:
+            X = X[self.perm]
+        X = X * self.signs.astype(dt)[:, None]
+        X = _TRANSFORMS[self.transform][0](X)
+        return X[self.rows] * np.asarray(math.sqrt(self.m / self.l), V.real_dtype(dt))
+
+    def todense(self, dtype=None):
+        dt = self._out_dtype(dtype)
+        return self.apply_dense(jnp.eye(self.m, dtype=dt))
+
+    def adjoint_dense(self, dtype=None):
+        """``Gamma^H = sqrt(m/l) Pi^T Phi^H T^H P^T``, O(ml log m), without forming Gamma."""
+        dt = self._out_dtype(dtype)
+        E = jnp.zeros((self.m, self.l), dt).at[self.rows, jnp.arange(self.l)].set(1)
+        X = _TRANSFORMS[self.transform][1](E).astype(dt)
+        X = X * self.signs.astype(dt).conj()[:, None]
+        if self.permute:
+            X = jnp.zeros_like(X).at[self.perm].set(X)
+        return X * np.asarray(math.sqrt(self.m / self.l), V.real_dtype(dt))
+
+
+def srtt(key, l: int, m: int, *, dtype=None, transform: str | None = None,
+         permute: bool = True) -> SRTTSketch:
+    """Subsampled randomized trigonometric transform (thesis Sec. 2.2.2 (2)).
+
+    ``Gamma = sqrt(m/l) P_{m->l} T Phi Pi_{m->m}`` with ``Pi`` a uniformly random row
+    permutation (skip with ``permute=False``), ``Phi`` i.i.d. Rademacher signs (uniform unit
+    phases for complex dtypes), ``T`` an orthonormal trigonometric transform along the m
+    axis and ``P`` a uniformly random choice of l distinct rows. ``E[P^T P] = (l/m) I`` so
+    ``E[Gamma^H Gamma] = I_m``. Applying it to a dense m x n matrix costs O(mn log m).
+
+    Args:
+      key: a ``jax.random.key``.
+      l: sketch size, ``1 <= l <= m`` (static).
+      m: ambient dimension (static).
+      dtype: real dtypes use ``transform="dct"`` (default) or ``"hartley"``; complex dtypes
+        use ``"fft"``.
+      transform: ``"dct"``, ``"hartley"`` or ``"fft"`` (complex only).
+      permute: include the random permutation ``Pi`` (the thesis' definition).
+    """
+    key = V.check_key(key)
+    m = V.check_int("m", m, low=1)
+    l = V.check_int("l", l, low=1, high=m, high_desc="an SRTT keeps l of the m rows")
+    dt = V.check_dtype("dtype", dtype if dtype is not None else V.default_float())
+    if transform is None:
+        transform = "fft" if dt.kind == "c" else "dct"
+    if transform not in _TRANSFORMS:
+        raise ValueError(f"transform must be one of {sorted(_TRANSFORMS)}; got {transform!r}")
+    if (transform == "fft") != (dt.kind == "c"):
+        raise ValueError(f"transform={transform!r} does not match dtype {dt}: use 'dct' or "
+                         "'hartley' for real sketches and 'fft' for complex ones")
+    kp, ks, kr = jax.random.split(key, 3)
+    perm = jax.random.permutation(kp, m).astype(jnp.int32)
+    if dt.kind == "c":
+        signs = jnp.exp(2j * jnp.pi * jax.random.uniform(ks, (m,), V.real_dtype(dt))).astype(dt)
+    else:
+        signs = jax.random.rademacher(ks, (m,), dtype=dt)
+    rows = jax.random.choice(kr, m, (l,), replace=False).astype(jnp.int32)
+    return SRTTSketch(perm, signs, rows, l, m, dt.name, transform, bool(permute))
+
+
+# --------------------------------------------------------------------------------------
+# Sparse sign
+# --------------------------------------------------------------------------------------
+@_pytree(meta=("l", "m", "zeta", "dtype_"))
+class SparseSignSketch(_Sketch):
+    """``Gamma[rows[j, t], j] = signs[j, t]`` (signs are +-1/sqrt(zeta)); see :func:`sparse_sign`."""
+
+    rows: jax.Array   # (m, zeta) int32, distinct within each column
+    signs: jax.Array  # (m, zeta) +-1/sqrt(zeta)
+    l: int
+    m: int
+    zeta: int
+    dtype_: str
+
+    @property
+    def dtype(self):
+        return np.dtype(self.dtype_)
+
+    def todense(self, dtype=None):
+        dt = self._out_dtype(dtype)
+        cols = jnp.broadcast_to(jnp.arange(self.m)[:, None], self.rows.shape)
+        return jnp.zeros((self.l, self.m), dt).at[self.rows, cols].add(self.signs.astype(dt))
+
+    def apply_dense(self, A, *, impl: str = "auto"):
+        """``Gamma @ A`` for a dense A, O(mn zeta), without forming Gamma.
+
+        ``impl="auto"`` uses the multithreaded numba kernel on CPU (via ``pure_callback``)
+        and XLA's scatter-add elsewhere; ``"xla"`` forces the scatter-add (e.g. for
+        ``jax.grad`` through the sketch, which the callback does not support).
+        """
+        if impl not in ("auto", "xla"):
+            raise ValueError(f"impl must be 'auto' or 'xla'; got {impl!r}")
+        dt = self._out_dtype(A.dtype)
+        A = A.astype(dt)
+        if np.dtype(dt).kind == "c":
+            return (self.apply_dense(A.real, impl=impl)
+                    + 1j * self.apply_dense(A.imag, impl=impl)).astype(dt)
+        signs = self.signs.astype(dt)
+        if impl == "xla":
+            return _sparse_sign_xla(A, self.rows, signs, self.l)
+        return jax.lax.platform_dependent(
+            A, self.rows, signs,
+            cpu=lambda A, r, s: _sparse_sign_callback(A, r, s, self.l),
+            default=lambda A, r, s: _sparse_sign_xla(A, r, s, self.l))
+
+    def apply_sparse(self, S):
+        """``Gamma @ S`` for a sparse S: one scatter of nnz(S) * zeta entries, O(nnz zeta)."""
+        dt = self._out_dtype(S.dtype)
+        r = self.rows[S.row_r]                       # (nnz, zeta) output rows
+        vals = self.signs.astype(dt)[S.row_r] * S.data_r.astype(dt)[:, None]
+        cols = jnp.broadcast_to(S.col_r[:, None], r.shape)
+        return jnp.zeros((self.l, S.shape[1]), dt).at[r, cols].add(vals)
+
+
+def _sparse_sign_xla(A, rows, signs, l):
+    upd = signs.T[:, :, None] * A[None, :, :]       # (zeta, m, n), fused into the scatter
+    return jnp.zeros((l, A.shape[1]), A.dtype).at[rows.T].add(upd)
+
+
+def _sparse_sign_callback(A, rows, signs, l):
+    from rdr_jax._kernels import sparse_sign_apply_host
+
+    def host(A, rows, signs):
+        return sparse_sign_apply_host(np.asarray(A), np.asarray(rows), np.asarray(signs), l)
+
+    out = jax.ShapeDtypeStruct((l, A.shape[1]), A.dtype)
+    return jax.pure_callback(host, out, A, rows, signs, vmap_method="sequential")
+
+
+def _distinct_rows(key, m: int, l: int, zeta: int):
+    """zeta distinct uniform rows in [0, l) for each of m columns (Floyd's algorithm)."""
+    picks = jnp.zeros((m, zeta), jnp.int32)
+    keys = jax.random.split(key, zeta)
+    for t, j in enumerate(range(l - zeta, l)):
+        cand = jax.random.randint(keys[t], (m,), 0, j + 1, dtype=jnp.int32)
+        dup = jnp.any(picks[:, :t] == cand[:, None], axis=1) if t else jnp.zeros((m,), bool)
+        picks = picks.at[:, t].set(jnp.where(dup, j, cand))
+    return picks
+
+
+def sparse_sign(key, l: int, m: int, zeta: int = 8, *, dtype=None) -> SparseSignSketch:
+    """Sparse sign embedding (thesis Sec. 2.2.2 (3)): zeta nonzeros +-1/sqrt(zeta) per column.
+
+    Each column holds zeta i.i.d. Rademacher signs at zeta distinct uniformly random rows
+    (drawn with Floyd's algorithm), so ``E[Gamma^T Gamma] = I_m``. Applying it costs
+    O(nnz(A) zeta) and never forms Gamma; the default zeta = 8 follows thesis Sec. 2.2.2
+    (``zeta = min(l, 8)`` in practice).
+
+    Args:
+      key: a ``jax.random.key``.
+      l: sketch size (static).
+      m: ambient dimension (static).
+      zeta: nonzeros per column, ``1 <= zeta <= l`` (static).
+      dtype: float32/float64 (complex data can still be sketched by a real sketch).
+    """
+    key = V.check_key(key)
+    l = V.check_int("l", l, low=1)
+    m = V.check_int("m", m, low=1)
+    zeta = V.check_int("zeta", zeta, low=1, high=l, high_desc="at most l nonzeros per column")
+    dt = V.check_dtype("dtype", dtype if dtype is not None else V.default_float(),
+                       allow_complex=False)
+    kr, ks = jax.random.split(key)
+    rows = _distinct_rows(kr, m, l, zeta)
+    signs = jax.random.rademacher(ks, (m, zeta), dtype=dt) / np.asarray(np.sqrt(zeta), dt)
+    return SparseSignSketch(rows, signs, l, m, zeta, dt.name)
+
+
+# --------------------------------------------------------------------------------------
+SKETCHES: dict[str, Callable] = {"gaussian": gaussian, "srtt": srtt, "sparse_sign": sparse_sign}
+
+
+def make_sketch(name: str, key, l: int, m: int, *, dtype=None, **options: Any):
+    """Build a sketch by name (``"gaussian"``, ``"srtt"``, ``"sparse_sign"``).
+
+    ``options`` are passed to the constructor (e.g. ``zeta=8``, ``generator="hash"``).
+    """
+    if not isinstance(name, str) or name not in SKETCHES:
+        raise ValueError(f"sketch must be one of {sorted(SKETCHES)}; got {name!r}")
+    if name == "sparse_sign" and dtype is not None and np.dtype(dtype).kind == "c":
+        dtype = V.real_dtype(dtype)
+    return SKETCHES[name](key, l, m, dtype=dtype, **options)
