@@ -26,7 +26,7 @@ from rdr_jax.operators import (
     factored_operator,
     implicit_operator,
 )
-from rdr_jax.rangefinder import RSVD, range_sketch, rangefinder, rsvd
+from rdr_jax.randomized_svd import RSVD, range_sketch, rangefinder, rsvd
 
 __version__ = "0.1.0"
 

@@ -528,29 +528,33 @@ def exact_singular_values(A: Any) -> np.ndarray:
 
     Dense/sparse/implicit inputs are densified (small problems only). For a
     :class:`FactoredOperator` ``L diag(d) R^H`` the values come from the r x r core
-    ``R_L diag(d) R_R^H`` where ``L = Q_L R_L``, ``R = Q_R R_R`` (R factors from Cholesky of
-    the small Gram matrices, computed sparsely), so a 10^6 x 10^6 factored matrix costs
+    ``R_L diag(d) R_R^H`` where ``L = Q_L R_L``, ``R = Q_R R_R`` (R factors from a QR, or from
+    the small Gram matrices for large sparse factors), so a 10^6 x 10^6 factored matrix costs
     O(nnz r + r^3).
     """
     op = as_operator(A)
     if isinstance(op, FactoredOperator):
-        RL = _gram_cholesky_factor(op.L)
-        RR = _gram_cholesky_factor(op.R)
-        core = RL.conj().T @ np.diag(np.asarray(op.d)) @ RR
+        ML = _factor_core(op.L)
+        MR = _factor_core(op.R)
+        core = (ML * np.asarray(op.d)[None, :]) @ MR.conj().T
         return np.linalg.svd(core, compute_uv=False)
     return np.linalg.svd(np.asarray(op.todense(), dtype=np.complex128
                                     if np.dtype(op.dtype).kind == "c" else np.float64),
                          compute_uv=False)
 
 
-def _gram_cholesky_factor(F: LinearOperator) -> np.ndarray:
-    """An r x r matrix C with F^H F = C C^H (via eigendecomposition, robust to rank loss)."""
-    if isinstance(F, SparseOperator):
-        S = F.to_scipy().astype(np.float64 if np.dtype(F.dtype).kind == "f" else np.complex128)
-        G = (S.conj().T @ S).toarray()
-    else:
-        D = np.asarray(F.todense(), dtype=np.float64 if np.dtype(F.dtype).kind == "f"
-                       else np.complex128)
-        G = D.conj().T @ D
-    w, Q = np.linalg.eigh(G)
-    return Q * np.sqrt(np.clip(w, 0, None))[None, :]
+def _factor_core(F: LinearOperator, dense_limit: int = 1 << 25) -> np.ndarray:
+    """An r x r matrix M with F = U M for some U with orthonormal columns (F^H F = M^H M).
+
+    Small factors: M = R from a QR of F (singular values accurate to ~eps ||F||). Large
+    sparse factors: M = sqrt(w) Q^H from the eigendecomposition of the sparse Gram matrix
+    F^H F (no densification; values below ~sqrt(eps) of the largest lose relative accuracy).
+    """
+    wide = np.float64 if np.dtype(F.dtype).kind == "f" else np.complex128
+    m, r = F.shape
+    if m * r <= dense_limit or not isinstance(F, SparseOperator):
+        D = F.to_scipy().toarray() if isinstance(F, SparseOperator) else np.asarray(F.todense())
+        return np.linalg.qr(D.astype(wide), mode="r")
+    S = F.to_scipy().astype(wide)
+    w, Q = np.linalg.eigh((S.conj().T @ S).toarray())
+    return np.sqrt(np.clip(w, 0, None))[:, None] * Q.conj().T

@@ -315,8 +315,9 @@ class SparseSignSketch(_Sketch):
     def apply_dense(self, A, *, impl: str = "auto"):
         """``Gamma @ A`` for a dense A, O(mn zeta), without forming Gamma.
 
-        ``impl="auto"`` uses the multithreaded numba kernel on CPU (via ``pure_callback``)
-        and XLA's scatter-add elsewhere; ``"xla"`` forces the scatter-add (e.g. for
+        ``impl="auto"`` uses the multithreaded numba kernel on CPU (called directly on the
+        buffer outside jit, through ``pure_callback`` inside jit, where XLA copies the
+        operand first) and XLA's scatter-add elsewhere; ``"xla"`` forces the scatter-add (e.g. for
         ``jax.grad`` through the sketch, which the callback does not support).
         """
         if impl not in ("auto", "xla"):
@@ -329,6 +330,11 @@ class SparseSignSketch(_Sketch):
         signs = self.signs.astype(dt)
         if impl == "xla":
             return _sparse_sign_xla(A, self.rows, signs, self.l)
+        if _eager_on_cpu(A, self.rows, signs):
+            # outside jit the kernel reads A's buffer in place (no callback operand copy)
+            from rdr_jax._kernels import sparse_sign_apply_host
+            return jnp.asarray(sparse_sign_apply_host(np.asarray(A), np.asarray(self.rows),
+                                                      np.asarray(signs), self.l))
         return jax.lax.platform_dependent(
             A, self.rows, signs,
             cpu=lambda A, r, s: _sparse_sign_callback(A, r, s, self.l),
@@ -343,19 +349,47 @@ class SparseSignSketch(_Sketch):
         return jnp.zeros((self.l, S.shape[1]), dt).at[r, cols].add(vals)
 
 
+def _eager_on_cpu(*arrays) -> bool:
+    for x in arrays:
+        if isinstance(x, jax.core.Tracer):
+            return False
+        if isinstance(x, jax.Array) and any(d.platform != "cpu" for d in x.devices()):
+            return False
+    return True
+
+
 def _sparse_sign_xla(A, rows, signs, l):
     upd = signs.T[:, :, None] * A[None, :, :]       # (zeta, m, n), fused into the scatter
     return jnp.zeros((l, A.shape[1]), A.dtype).at[rows.T].add(upd)
 
 
 def _sparse_sign_callback(A, rows, signs, l):
+    """The numba kernel through ``pure_callback``.
+
+    64-bit floats cross the callback boundary bit-cast to uint32 pairs: callbacks run on
+    XLA's threads, which do not see a thread-local ``jax.enable_x64`` context and would
+    otherwise canonicalise float64 to float32.
+    """
     from rdr_jax._kernels import sparse_sign_apply_host
 
-    def host(A, rows, signs):
-        return sparse_sign_apply_host(np.asarray(A), np.asarray(rows), np.asarray(signs), l)
+    dt = np.dtype(A.dtype)
+    wide = dt.itemsize == 8
 
-    out = jax.ShapeDtypeStruct((l, A.shape[1]), A.dtype)
-    return jax.pure_callback(host, out, A, rows, signs, vmap_method="sequential")
+    def pack(x):
+        return jax.lax.bitcast_convert_type(x, jnp.uint32) if wide else x
+
+    def unpack_host(x):
+        x = np.ascontiguousarray(x)
+        return x.view(dt)[..., 0] if wide else x
+
+    def host(A, rows, signs):
+        out = sparse_sign_apply_host(unpack_host(A), np.asarray(rows), unpack_host(signs), l)
+        return out.view(np.uint32).reshape(out.shape + (2,)) if wide else out
+
+    shape = (l, A.shape[1]) + ((2,) if wide else ())
+    out = jax.pure_callback(host, jax.ShapeDtypeStruct(shape, jnp.uint32 if wide else dt),
+                            pack(A), rows, pack(signs), vmap_method="sequential")
+    return jax.lax.bitcast_convert_type(out, dt) if wide else out
 
 
 def _distinct_rows(key, m: int, l: int, zeta: int):
