@@ -1,7 +1,7 @@
 """CPU kernel for applying a sparse sign sketch to a dense matrix.
 
 Why a hand-written kernel: XLA:CPU lowers the scatter-add ``out[rows[j, t]] += s[j, t] A[j]``
-to a serial loop that costs ~65x one read of A (65536 x 256 float32, zeta = 8, measured by
+to a serial loop that costs 65-85x one read of A (65536 x 256 float32, zeta = 8, measured by
 ``experiments/bench_sketch.py``), and no maintained JAX library provides a CPU sparse-dense
 product. The numba kernel below streams A once, keeps one private (l x n) accumulator per
 thread (small, cache resident) and sums them at the end. It is reached through

@@ -148,7 +148,7 @@ class DenseOperator(LinearOperator):
 # --------------------------------------------------------------------------------------
 # Sparse (CSR + CSC)
 # --------------------------------------------------------------------------------------
-def _window_gather(indptr, idx, data, other, I, width):
+def _window_gather(indptr, data, other, I, width):
     """Entries of the selected rows (CSR) as padded (k, width) arrays + validity mask."""
     start = indptr[I]
     stop = indptr[I + 1]
@@ -156,7 +156,7 @@ def _window_gather(indptr, idx, data, other, I, width):
     valid = pos < stop[:, None]
     pos = jnp.where(valid, pos, 0)
     vals = jnp.where(valid, data[pos], jnp.zeros((), data.dtype))
-    return vals, other[pos], valid
+    return vals, other[pos]
 
 
 @_pytree(meta=("shape", "max_row_nnz", "max_col_nnz"))
@@ -256,22 +256,19 @@ class SparseOperator(LinearOperator):
 
     def rows(self, I):
         I = jnp.asarray(I)
-        vals, cols, _ = _window_gather(self.indptr_r, self.col_r, self.data_r, self.col_r, I,
-                                       self.max_row_nnz)
+        vals, cols = _window_gather(self.indptr_r, self.data_r, self.col_r, I, self.max_row_nnz)
         out = jnp.zeros((I.shape[0], self.shape[1]), self.dtype)
         return out.at[jnp.arange(I.shape[0])[:, None], cols].add(vals)
 
     def cols(self, J):
         J = jnp.asarray(J)
-        vals, rows, _ = _window_gather(self.indptr_c, self.row_c, self.data_c, self.row_c, J,
-                                       self.max_col_nnz)
+        vals, rows = _window_gather(self.indptr_c, self.data_c, self.row_c, J, self.max_col_nnz)
         out = jnp.zeros((self.shape[0], J.shape[0]), self.dtype)
         return out.at[rows, jnp.arange(J.shape[0])[:, None]].add(vals)
 
     def submatrix(self, I, J):
         I, J = jnp.asarray(I), jnp.asarray(J)
-        vals, cols, _ = _window_gather(self.indptr_r, self.col_r, self.data_r, self.col_r, I,
-                                       self.max_row_nnz)
+        vals, cols = _window_gather(self.indptr_r, self.data_r, self.col_r, I, self.max_row_nnz)
         pos = jnp.full((self.shape[1],), J.shape[0], jnp.int32).at[J].set(
             jnp.arange(J.shape[0], dtype=jnp.int32))[cols]
         vals = jnp.where(pos < J.shape[0], vals, 0)

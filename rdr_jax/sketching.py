@@ -102,8 +102,8 @@ def hash_normal(key, shape: tuple[int, int], dtype=jnp.float32):
     ``h = mix(mix(mix(i + s0) ^ mix(j ^ s1)) + s1)`` (one 32-bit word for float32; a second
     word for the 53-bit float64 mantissa), where ``s0, s1`` are 32 random bits drawn from
     ``key`` with ``jax.random.bits`` and ``mix`` is the lowbias32 xorshift-multiply hash.
-    Counter-based, so any element is computed independently (parallel, no state); about
-    5x faster than threefry ``jax.random.normal`` on CPU (see ``experiments/bench_sketch.py``).
+    Counter-based, so any element is computed independently (parallel, no state);
+    3-4x faster than threefry ``jax.random.normal`` on CPU (see ``experiments/bench_sketch.py``).
     Not cryptographic; moments and the embedding property are tested in ``tests/``.
     """
     s = jax.random.bits(key, (2,), jnp.uint32)
@@ -173,7 +173,7 @@ def gaussian(key, l: int, m: int, *, dtype=None, generator: str = "threefry") ->
       m: number of columns of Gamma = rows of the matrices it is applied to (static int).
       dtype: float32/float64/complex64/complex128 (default float64 under x64, else float32).
       generator: ``"threefry"`` (``jax.random.normal`` with the key's own implementation) or
-        ``"hash"`` (:func:`hash_normal`, ~5x faster on CPU where generation, not the GEMM,
+        ``"hash"`` (:func:`hash_normal`, 3-4x faster on CPU where generation, not the GEMM,
         dominates the cost).
 
     Example:
