@@ -32,6 +32,7 @@ Use :func:`as_operator` to wrap anything. Sparse inputs must be converted outsid
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import jax
@@ -84,6 +85,10 @@ class LinearOperator:
         """
         return self.rmatmat(sketch.adjoint_dense(self.dtype)).conj().T
 
+    def _lmatmat(self, X):
+        """``X @ A`` for a dense ``X`` of shape (b, m) (internal; default ``(A^H X^H)^H``)."""
+        return self.rmatmat(jnp.asarray(X).conj().T).conj().T
+
     def todense(self):
         """Dense array (``A @ I_n``); meant for small problems and tests."""
         return self.matmat(jnp.eye(self.shape[1], dtype=self.dtype))
@@ -125,6 +130,9 @@ class DenseOperator(LinearOperator):
     def rmatmat(self, Y):
         return jnp.matmul(self.array.conj().T, Y, precision=HIGHEST)
 
+    def _lmatmat(self, X):
+        return jnp.matmul(X, self.array, precision=HIGHEST)
+
     def rows(self, I):
         return self.array[I]
 
@@ -148,6 +156,222 @@ class DenseOperator(LinearOperator):
 # --------------------------------------------------------------------------------------
 # Sparse (CSR + CSC)
 # --------------------------------------------------------------------------------------
+# CPU kernels. XLA:CPU lowers the segment sum / scatter-add of a sparse product to a serial
+# loop over an (nnz x b) intermediate (materialised in column blocks): 10-35 s for a
+# 10^6 x 400 factor with 2e6 nonzeros times a 400 x 200 block, against ~0.5 s for one pass
+# (``experiments/bench_operators.py``). The numba kernels below stream the CSR/CSC arrays once,
+# write each output element once and are parallel without atomics. They are compiled on first
+# use (``_kernel``); ``prange`` is bound to ``numba.prange`` at that point.
+prange = range
+_KERNELS: dict[str, Any] = {}
+_LEFT_ROW_BLOCK = 128    # rows of S per block in _k_dense_csr (X @ S via CSR)
+_LEFT_COL_BLOCK = 128    # output columns per parallel task in _k_dense_csc (X @ S via CSC)
+_LEFT_ACC_ELEMS = 1 << 22  # largest per-thread (n x b) accumulators of _k_dense_csr, in all
+_SMALL_DIM = 1 << 16     # X @ S via CSC when S has at most this many rows
+
+
+def _k_csr_dense(indptr, indices, data, X, out):  # pragma: no cover - compiled
+    """out (m, b) = S @ X for S in CSR (row i: entries indptr[i]:indptr[i+1])."""
+    b = X.shape[1]
+    for i in prange(out.shape[0]):
+        o = out[i]
+        for c in range(b):
+            o[c] = 0
+        for p in range(indptr[i], indptr[i + 1]):
+            v = data[p]
+            x = X[indices[p]]
+            for c in range(b):
+                o[c] += v * x[c]
+
+
+def _k_dense_csr(X, indptr, indices, data, acc):  # pragma: no cover - compiled
+    """acc[t] (n, b) = partial sums of (X @ S)^T, X (b, m), S in CSR; ``acc.shape[0]``
+    threads each take every nt-th block of rows of S. A block of X's columns is transposed
+    into a small buffer so that each nonzero S_ip adds ``S_ip X[:, i]`` to row p of a
+    private, cache resident (n, b) accumulator as one contiguous vector operation."""
+    b, m = X.shape
+    nt = acc.shape[0]
+    nblk = (m + _LEFT_ROW_BLOCK - 1) // _LEFT_ROW_BLOCK
+    for t in prange(nt):
+        out = acc[t]
+        out[:, :] = 0
+        buf = np.empty((_LEFT_ROW_BLOCK, b), X.dtype)
+        for ib in range(t, nblk, nt):
+            i0 = ib * _LEFT_ROW_BLOCK
+            i1 = min(m, i0 + _LEFT_ROW_BLOCK)
+            for a in range(b):
+                xa = X[a]
+                for i in range(i0, i1):
+                    buf[i - i0, a] = xa[i]
+            for i in range(i0, i1):
+                x = buf[i - i0]
+                for p in range(indptr[i], indptr[i + 1]):
+                    v = data[p]
+                    o = out[indices[p]]
+                    for c in range(b):
+                        o[c] += v * x[c]
+
+
+def _k_dense_csc(XT, indptr, indices, data, out):  # pragma: no cover - compiled
+    """out (b, n) = X @ S for XT = X^T (k, b) and S in CSC: each thread computes a block of
+    columns as a (block, b) CSR-times-dense product (contiguous vector operations over b)
+    and writes its transpose into ``out``."""
+    b = XT.shape[1]
+    n = out.shape[1]
+    for jb in prange((n + _LEFT_COL_BLOCK - 1) // _LEFT_COL_BLOCK):
+        j0 = jb * _LEFT_COL_BLOCK
+        j1 = min(n, j0 + _LEFT_COL_BLOCK)
+        buf = np.zeros((_LEFT_COL_BLOCK, b), XT.dtype)
+        for j in range(j0, j1):
+            o = buf[j - j0]
+            for p in range(indptr[j], indptr[j + 1]):
+                v = data[p]
+                x = XT[indices[p]]
+                for c in range(b):
+                    o[c] += v * x[c]
+        for a in range(b):
+            oa = out[a]
+            for j in range(j0, j1):
+                oa[j] = buf[j - j0, a]
+
+
+def _kernel(name: str):
+    k = _KERNELS.get(name)
+    if k is None:
+        import numba
+        globals()["prange"] = numba.prange
+        k = numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)(globals()[name])
+        _KERNELS[name] = k
+    return k
+
+
+def _host_empty(shape, dtype, align: int = 64) -> np.ndarray:
+    """Uninitialised 64-byte aligned array: ``jax.device_put`` then aliases it (no copy)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    buf = np.empty(nbytes + align, np.uint8)
+    off = (-buf.ctypes.data) % align
+    return buf[off:off + nbytes].view(dtype).reshape(shape)
+
+
+def _host_spmm(X, indptr_r, idx_r, data_r, indptr_c, idx_c, data_c, shape, left):
+    """Host (numpy) sparse product: ``S @ X`` (left=False) or ``X @ S`` (left=True) for S of
+    ``shape`` given in CSR (``*_r``) and CSC (``*_c``) order; returns an aligned array."""
+    import numba
+    m, n = shape
+    X = np.ascontiguousarray(X)
+    if not left:
+        out = _host_empty((m, X.shape[1]), X.dtype)
+        _kernel("_k_csr_dense")(indptr_r, idx_r, data_r, X, out)
+        return out
+    b = X.shape[0]
+    nt = int(numba.get_num_threads())
+    if nt * n * b <= _LEFT_ACC_ELEMS:
+        acc = np.empty((nt, n, b), X.dtype)
+        _kernel("_k_dense_csr")(X, indptr_r, idx_r, data_r, acc)
+        out = _host_empty((b, n), X.dtype)
+        out[...] = acc.sum(0).T
+    elif m <= _SMALL_DIM:
+        out = _host_empty((b, n), X.dtype)
+        _kernel("_k_dense_csc")(np.ascontiguousarray(X.T), indptr_c, idx_c, data_c, out)
+    else:  # both large: (S^T X^T)^T with two transposes (regular memory traffic)
+        tmp = _host_empty((n, b), X.dtype)
+        _kernel("_k_csr_dense")(indptr_c, idx_c, data_c, np.ascontiguousarray(X.T), tmp)
+        out = _host_empty((b, n), X.dtype)
+        out[...] = tmp.T
+    return out
+
+
+def _concrete_on_cpu(*arrays) -> bool:
+    for x in arrays:
+        if isinstance(x, jax.core.Tracer):
+            return False
+        if isinstance(x, jax.Array) and any(d.platform != "cpu" for d in x.devices()):
+            return False
+    return True
+
+
+def _spmm_callback(X, arrays, shape, left):
+    """``_host_spmm`` through ``jax.pure_callback`` (CPU, inside jit/vmap).
+
+    64-bit floats cross the boundary bit-cast to uint32 pairs: callbacks run on XLA's
+    threads, which do not see a thread-local ``jax.enable_x64`` context."""
+    dt = np.dtype(X.dtype)
+    wide = dt.itemsize == 8
+
+    def pack(x):
+        return jax.lax.bitcast_convert_type(x, jnp.uint32) if wide else x
+
+    def unpack(x):
+        x = np.ascontiguousarray(x)
+        return x.view(dt)[..., 0] if wide else x
+
+    def host(X, ip_r, i_r, d_r, ip_c, i_c, d_c):
+        out = _host_spmm(unpack(X), np.asarray(ip_r), np.asarray(i_r), unpack(d_r),
+                         np.asarray(ip_c), np.asarray(i_c), unpack(d_c), shape, left)
+        return out.view(np.uint32).reshape(out.shape + (2,)) if wide else out
+
+    ip_r, i_r, d_r, ip_c, i_c, d_c = arrays
+    out_shape = (X.shape[0], shape[1]) if left else (shape[0], X.shape[1])
+    res = jax.pure_callback(
+        host, jax.ShapeDtypeStruct(out_shape + ((2,) if wide else ()),
+                                   jnp.uint32 if wide else dt),
+        pack(X), ip_r, i_r, pack(d_r), ip_c, i_c, pack(d_c), vmap_method="sequential")
+    return jax.lax.bitcast_convert_type(res, dt) if wide else res
+
+
+def _kernel_arrays(S):
+    return (S.indptr_r, S.col_r, S.data_r, S.indptr_c, S.row_c, S.data_c)
+
+
+def _spmm_xla(X, S, left):
+    """XLA path (GPU/TPU, complex, tangents): sorted segment sums over CSR (``S @ X``) or
+    CSC order (``X @ S = (S^H X^H)^H``)."""
+    if not left:
+        return S._segment_product(S.data_r, S.col_r, S.row_r, S.shape[0], X)
+    return S._segment_product(S.data_c.conj(), S.row_c, S.col_c, S.shape[1],
+                              X.conj().T).conj().T
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _spmm_cpu_or_xla(X, S, left):
+    return jax.lax.platform_dependent(
+        X, S, cpu=lambda X, S: _spmm_callback(X, _kernel_arrays(S), S.shape, left),
+        default=lambda X, S: _spmm_xla(X, S, left))
+
+
+@_spmm_cpu_or_xla.defjvp
+def _spmm_jvp(left, primals, tangents):
+    # The product is bilinear in (X, S.data). Tangents go through the XLA path, which JAX can
+    # also transpose (reverse mode); the host callback has no autodiff rules.
+    X, S = primals
+    dX, dS = tangents
+    Sd = dataclasses.replace(S, data_r=dS.data_r, data_c=dS.data_c)
+    return (_spmm_cpu_or_xla(X, S, left),
+            _spmm_xla(dX, S, left) + _spmm_xla(X, Sd, left))
+
+
+def _spmm(X, S, left: bool):
+    """``S @ X`` (left=False) or ``X @ S`` (left=True) for a SparseOperator S.
+
+    Real float32/float64 on CPU use the numba kernels: called directly on the buffers outside
+    jit (the result is aliased, not copied), through ``pure_callback`` inside jit/vmap (with a
+    ``custom_jvp`` so ``jax.grad``/``jax.jvp`` work, their tangents through XLA). GPU/TPU and
+    complex dtypes use XLA's sorted segment sums.
+    """
+    dt = jnp.result_type(S.dtype, X.dtype)
+    X = X.astype(dt)
+    if S.dtype != dt:
+        S = dataclasses.replace(S, data_r=S.data_r.astype(dt), data_c=S.data_c.astype(dt))
+    if np.dtype(dt) not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return _spmm_xla(X, S, left)
+    arrays = _kernel_arrays(S)
+    if _concrete_on_cpu(X, *arrays):
+        host = [np.asarray(a) for a in arrays]
+        return jax.device_put(_host_spmm(np.asarray(X), *host, S.shape, left))
+    return _spmm_cpu_or_xla(X, S, left)
+
+
 def _window_gather(indptr, data, other, I, width):
     """Entries of the selected rows (CSR) as padded (k, width) arrays + validity mask."""
     start = indptr[I]
@@ -246,13 +470,13 @@ class SparseOperator(LinearOperator):
         return jnp.concatenate([block(X[:, s:s + width]) for s in range(0, b, width)], axis=1)
 
     def matmat(self, X):
-        X = jnp.asarray(X)
-        dt = jnp.result_type(self.dtype, X.dtype)
-        return self._segment_product(self.data_r.astype(dt), self.col_r, self.row_r,
-                                     self.shape[0], X.astype(dt))
+        return _spmm(jnp.asarray(X), self, left=False)
 
     def rmatmat(self, Y):
         return self.H.matmat(Y)
+
+    def _lmatmat(self, X):
+        return _spmm(jnp.asarray(X), self, left=True)
 
     def rows(self, I):
         I = jnp.asarray(I)
@@ -426,8 +650,11 @@ class FactoredOperator(LinearOperator):
         return self.R.matmat(self.d.conj()[:, None] * self.L.rmatmat(Y))
 
     def rows(self, I):
-        # (L[I] diag(d)) R^H = (R (diag(conj d) L[I]^H))^H
-        return self.R.matmat(self.d.conj()[:, None] * self.L.rows(I).conj().T).conj().T
+        # (L[I] diag(d)) R^H, a left product with R^H: written in (k, n) order directly
+        return self.R.H._lmatmat(self.L.rows(I) * self.d[None, :])
+
+    def _lmatmat(self, X):
+        return self.R.H._lmatmat(self.L._lmatmat(X) * self.d[None, :])
 
     def cols(self, J):
         return self.L.matmat(self.d[:, None] * self.R.rows(J).conj().T)
@@ -446,7 +673,7 @@ class FactoredOperator(LinearOperator):
 
     def apply_sketch(self, sketch):
         SL = self.L.apply_sketch(sketch)  # l x r, the sketch meets only the sparse factor
-        return self.R.matmat(self.d.conj()[:, None] * SL.conj().T).conj().T
+        return self.R.H._lmatmat(SL * self.d[None, :])  # (S L) diag(d) R^H, in (l, n) order
 
 
 def factored_operator(L, d, R) -> FactoredOperator:

@@ -29,6 +29,7 @@ same sketch, with or without jit.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable
 
@@ -106,6 +107,12 @@ def hash_normal(key, shape: tuple[int, int], dtype=jnp.float32):
     3-4x faster than threefry ``jax.random.normal`` on CPU (see ``experiments/bench_sketch.py``).
     Not cryptographic; moments and the embedding property are tested in ``tests/``.
     """
+    return _hash_normal(key, tuple(int(d) for d in shape), np.dtype(dtype))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _hash_normal(key, shape, dtype):
+    # jitted so that an eager call is one fused loop, not a dozen full-size temporaries
     s = jax.random.bits(key, (2,), jnp.uint32)
     rows = jax.lax.broadcasted_iota(jnp.uint32, shape, 0)
     cols = jax.lax.broadcasted_iota(jnp.uint32, shape, 1)
@@ -140,18 +147,30 @@ class GaussianSketch(_Sketch):
         return np.dtype(self.dtype_)
 
     def todense(self, dtype=None):
-        dt = np.dtype(self._out_dtype(dtype))
-        draw = _GENERATORS[self.generator]
-        if dt.kind == "c":
-            rdt = V.real_dtype(dt)
-            kr, ki = jax.random.split(self.key)
-            G = (draw(kr, (self.l, self.m), rdt) + 1j * draw(ki, (self.l, self.m), rdt))
-            return (G / np.sqrt(2 * self.l)).astype(dt)
-        return draw(self.key, (self.l, self.m), dt) / np.asarray(np.sqrt(self.l), dt)
+        return _gaussian_dense(self.key, self.l, self.m, np.dtype(self._out_dtype(dtype)),
+                               self.generator)
 
     def apply_dense(self, A):
         G = self.todense(A.dtype)
         return jnp.matmul(G, A.astype(G.dtype), precision=HIGHEST)
+
+    def apply_sparse(self, S):
+        """``Gamma @ S`` for a sparse S: the (l x m) Gamma times S from the left (numba kernel
+        on CPU), without forming or transposing ``Gamma^H``."""
+        return S._lmatmat(self.todense(S.dtype))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _gaussian_dense(key, l, m, dt, generator):
+    """Gamma (l x m) of a GaussianSketch, as one jitted computation (an eager call writes the
+    matrix once instead of materialising the unscaled draw first)."""
+    draw = _GENERATORS[generator]
+    if dt.kind == "c":
+        rdt = V.real_dtype(dt)
+        kr, ki = jax.random.split(key)
+        G = (draw(kr, (l, m), rdt) + 1j * draw(ki, (l, m), rdt))
+        return (G / np.sqrt(2 * l)).astype(dt)
+    return draw(key, (l, m), dt) / np.asarray(np.sqrt(l), dt)
 
 
 _GENERATORS: dict[str, Callable] = {

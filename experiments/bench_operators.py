@@ -1,0 +1,180 @@
+"""Benchmark: protocol operations of the factored SNN operator (thesis Sec. ``subsec:exp_cur``).
+
+``A = L diag(d) R^H`` with sparse L, R (m x 400, n x 400, about two nonzeros per row), float64
+(``jax_enable_x64``): the 10^6 x 10^6 ``snn1e6`` (full) or a 10^5 x 10^5 instance (``--quick``).
+Operations, with l = 210 and k = 200 (``--l``, ``--k``):
+
+* ``gaussian(key, l, m).apply(A)`` -- Gaussian row sketch (default threefry generator), through
+  the sparse factor L (``S L``, then ``(S L) diag(d) R^H``); also with ``generator="hash"``,
+  and the generation alone (``todense``), which is the floor of the Gaussian rows;
+* ``sparse_sign(key, l, m).apply(A)`` for comparison;
+* ``A.cols(J)`` (m x k), ``A.rows(I)`` (k x n), ``A.matmat(Q)``, ``A.rmatmat(Q)`` (Q dense).
+
+Columns: ``eager`` = the public call outside jit (numba kernels read/write the buffers in
+place), ``jit`` = the same call inside ``jax.jit`` (kernels through ``pure_callback``, which
+copies operands and results), ``xla (before)`` = the previous implementation (XLA sorted
+segment sums over the (nnz x b) intermediate in column blocks, Gamma^H materialised and
+transposed; still the GPU/TPU path), timed only with ``--before`` (default in ``--quick``;
+about 3 minutes at full size). Times are seconds, the minimum over ``--repeats`` calls after
+one warm-up call (compile excluded); every call ends with ``block_until_ready``. The
+``reported`` column holds the times of the previous implementation measured before this
+change (10^6 only). The machine is shared and noisy: compare columns of one run.
+
+Run (from the repository root)::
+
+    python experiments/bench_operators.py            # snn1e6, 10^6 x 10^6
+    python experiments/bench_operators.py --quick    # 10^5 x 10^5, with the xla column
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import rdr_jax  # noqa: E402
+from rdr_jax import operators as ops  # noqa: E402
+from rdr_jax.sketching import gaussian, sparse_sign  # noqa: E402
+
+F64 = jnp.float64
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_operators"
+# previous implementation on snn1e6, seconds (measured before the numba kernels)
+REPORTED_1E6 = {"sketch_gauss": 73.7, "cols": 13.9, "rows": 10.3, "matmat": 20.7}
+
+
+def _timeit(fn, args, repeats):
+    jax.block_until_ready(fn(*args))  # warm-up / compile
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+# ---- the previous implementation (XLA segment sums), for the "before" column -------------
+def _old_sparse_matmat(S, X):
+    return ops._spmm_xla(X, S, False)
+
+
+def _old_apply_sketch(A, G):
+    SL = _old_sparse_matmat(A.L.H, G.conj().T).conj().T  # L^H Gamma^H, transposed
+    return _old_sparse_matmat(A.R, A.d.conj()[:, None] * SL.conj().T).conj().T
+
+
+def _old_ops(A, l, m):
+    return {
+        "sketch_gauss": lambda k: _old_apply_sketch(A, gaussian(k, l, m, dtype=F64).todense()),
+        "sketch_hash": lambda k: _old_apply_sketch(
+            A, gaussian(k, l, m, dtype=F64, generator="hash").todense()),
+        "cols": lambda J: _old_sparse_matmat(A.L, A.d[:, None] * A.R.rows(J).conj().T),
+        "rows": lambda I: _old_sparse_matmat(
+            A.R, A.d.conj()[:, None] * A.L.rows(I).conj().T).conj().T,
+        "matmat": lambda Q: _old_sparse_matmat(
+            A.L, A.d[:, None] * _old_sparse_matmat(A.R.H, Q)),
+        "rmatmat": lambda Q: _old_sparse_matmat(
+            A.R, A.d[:, None] * _old_sparse_matmat(A.L.H, Q)),
+    }
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="10^5 x 10^5 instead of 10^6")
+    p.add_argument("--l", type=int, default=210)
+    p.add_argument("--k", type=int, default=200)
+    p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--before", action=argparse.BooleanOptionalAction, default=None,
+                   help="also time the previous XLA implementation (default: only --quick)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    a = p.parse_args(argv)
+    repeats = a.repeats or (3 if a.quick else 1)
+    before = a.quick if a.before is None else a.before
+
+    key = jax.random.key(a.seed)
+    t0 = time.perf_counter()
+    if a.quick:
+        A = rdr_jax.matrices.snn(key, 10**5, 10**5, r=400, density=2 / 400, factored=True,
+                                 dtype=F64)
+    else:
+        A = rdr_jax.matrices.snn1e6(key, dtype=F64)
+    m, n = A.shape
+    l, k = a.l, a.k
+    print(f"# bench_operators: factored SNN {m} x {n}, r={A.L.shape[1]}, nnz(L)={A.L.nnz}, "
+          f"nnz(R)={A.R.nnz}, float64, l={l}, k={k}, repeats={repeats}  "
+          f"(built in {time.perf_counter() - t0:.1f} s)")
+    print(f"jax {jax.__version__} | backend {jax.default_backend()} | CPUs {os.cpu_count()} | "
+          f"load average {os.getloadavg()[0]:.1f}")
+
+    kk, kq, ki = jax.random.split(jax.random.key(a.seed + 1), 3)
+    I = jax.random.choice(ki, m, (k,), replace=False)
+    J = jax.random.choice(ki, n, (k,), replace=False)
+    Qn = jax.random.normal(kq, (n, k), F64)
+    Qm = jax.random.normal(kq, (m, k), F64)
+    S_sign = sparse_sign(kk, l, m, 8, dtype=F64)
+    rows = {  # name: (label, public call, args)
+        "gen_threefry": ("gaussian threefry: generate Gamma only",
+                         lambda key: gaussian(key, l, m, dtype=F64).todense(), (kk,)),
+        "gen_hash": ("gaussian hash: generate Gamma only",
+                     lambda key: gaussian(key, l, m, dtype=F64, generator="hash").todense(),
+                     (kk,)),
+        "sketch_gauss": ("gaussian(key, l, m).apply(A)  [threefry]",
+                         lambda key: A.apply_sketch(gaussian(key, l, m, dtype=F64)), (kk,)),
+        "sketch_hash": ("gaussian(..., generator='hash').apply(A)",
+                        lambda key: A.apply_sketch(gaussian(key, l, m, dtype=F64,
+                                                            generator="hash")), (kk,)),
+        "sketch_sign": ("sparse_sign(key, l, m).apply(A) (pre-drawn)",
+                        lambda S: A.apply_sketch(S), (S_sign,)),
+        "cols": (f"A.cols(J), {m} x {k}", lambda J: A.cols(J), (J,)),
+        "rows": (f"A.rows(I), {k} x {n}", lambda I: A.rows(I), (I,)),
+        "matmat": (f"A.matmat(Q), Q {n} x {k}", lambda Q: A.matmat(Q), (Qn,)),
+        "rmatmat": (f"A.rmatmat(Q), Q {m} x {k}", lambda Q: A.rmatmat(Q), (Qm,)),
+    }
+    old = _old_ops(A, l, m) if before else {}
+    results = {}
+    head = f"{'operation':46s} {'eager':>8s} {'jit':>8s}"
+    head += f" {'xla (before)':>13s}" if before else ""
+    head += f" {'reported':>9s}" if not a.quick else ""
+    print(head)
+    print("-" * len(head))
+    for name, (label, fn, args) in rows.items():
+        r = {"eager": _timeit(fn, args, repeats), "jit": _timeit(jax.jit(fn), args, repeats)}
+        line = f"{label:46s} {r['eager']:8.2f} {r['jit']:8.2f}"
+        if before:
+            if name in old:
+                r["xla_before"] = _timeit(jax.jit(old[name]), args, repeats)
+                line += f" {r['xla_before']:13.2f}"
+            else:
+                line += f" {'':>13s}"
+        if not a.quick:
+            line += f" {REPORTED_1E6[name]:9.1f}" if name in REPORTED_1E6 else f" {'':>9s}"
+        print(line, flush=True)
+        results[name] = r
+    # correctness spot check of the new paths against the XLA path (small slices)
+    if before:
+        errs = {}
+        for name in ("cols", "rows", "matmat", "sketch_gauss"):
+            fn, args = rows[name][1], rows[name][2]
+            new, ref = np.asarray(fn(*args)), np.asarray(jax.jit(old[name])(*args))
+            errs[name] = float(np.abs(new - ref).max() / np.abs(ref).max())
+        print("max relative difference new vs xla:",
+              ", ".join(f"{k}={v:.1e}" for k, v in errs.items()))
+    a.out.mkdir(parents=True, exist_ok=True)
+    tag = "quick" if a.quick else "full"
+    (a.out / f"results_{tag}.json").write_text(json.dumps(
+        {"m": m, "n": n, "l": l, "k": k, "repeats": repeats, "seconds": results,
+         "reported_before_1e6": REPORTED_1E6}, indent=1))
+    print(f"wrote {a.out / f'results_{tag}.json'}")
+
+
+if __name__ == "__main__":
+    main()
