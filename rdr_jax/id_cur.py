@@ -174,43 +174,40 @@ def _gram_path(C) -> bool:
         2 if np.dtype(C.dtype).kind == "f" else 1) >= 16
 
 
-def _chol_r(G):
-    return jnp.linalg.cholesky(G).conj().T                    # G = R^H R, R upper
+def _pinv_tri(Rm):
+    """Pseudo-inverse of a small k x k factor: equals ``R^{-1}`` for a well-conditioned R and
+    stays finite (singular values below ``k eps ||R||`` cut) when k exceeds the numerical
+    rank -- no Inf/NaN from a rank-deficient skeleton."""
+    return jnp.linalg.pinv(Rm)
 
 
 def _exact_col_interp(op: LinearOperator, C, J):
-    """``W = C^+ A = R_C^{-1} Q_C^H A`` (one pass, ``A^H Q_C`` or ``A^H C``)."""
+    """``W = C^+ A = R_C^+ Q_C^H A`` (one pass, ``A^H Q_C``); for very tall 64-bit C,
+    ``W = (C^H C)^+ (C^H A)``."""
     if _gram_path(C):
-        Rc = _chol_r(jnp.matmul(C.conj().T, C, precision=HIGHEST))
-        B = op.rmatmat(C).conj().T                              # C^H A
-        Z = jax.scipy.linalg.solve_triangular(Rc.conj().T, B, lower=True)
+        G = jnp.matmul(C.conj().T, C, precision=HIGHEST)
+        W = _mm(jnp.linalg.pinv(G, hermitian=True), op.rmatmat(C).conj().T)
     else:
         Q, Rc = jnp.linalg.qr(C, mode="reduced")
-        Z = op.rmatmat(Q).conj().T                              # Q^H A (k x n)
-    W = jax.scipy.linalg.solve_triangular(Rc, Z, lower=False)
+        W = _mm(_pinv_tri(Rc), op.rmatmat(Q).conj().T)          # R_C^+ Q^H A (k x n)
     return W.at[:, J].set(jnp.eye(J.shape[0], dtype=W.dtype))
 
 
 def _stable_cur_U(op: LinearOperator, C, R, gram_C=None):
     """``U = C^+ A R^+`` via QR of C and R^H (Eq. ``eq:cur_stable``):
-    ``U = R_C^{-1} (Q_C^H A Q_R) R_R^{-H}``; for very tall 64-bit factors the R factors come
-    from Cholesky of the Gram matrices and ``Q_C^H A Q_R = R_C^{-H} C^H A R^H R_R^{-1}``."""
-    tri = jax.scipy.linalg.solve_triangular
+    ``U = R_C^+ (Q_C^H A Q_R) R_R^{+H}``; for very tall 64-bit factors,
+    ``U = (C^H C)^+ (C^H A R^H) (R R^H)^+`` (CholeskyQR-equivalent, one GEMM per Gram)."""
     if _gram_path(C) or _gram_path(R.conj().T):
         if gram_C is None:
             gram_C = jnp.matmul(C.conj().T, C, precision=HIGHEST)
-        Rc = _chol_r(gram_C)
-        Rr = _chol_r(jnp.matmul(R, R.conj().T, precision=HIGHEST))
+        GR = jnp.matmul(R, R.conj().T, precision=HIGHEST)
         Mid = _mm(C.conj().T, op.matmat(R.conj().T))           # C^H A R^H (k x k)
-        M = tri(Rc.conj().T, Mid, lower=True)                    # R_C^{-H} ...
-        M = tri(Rr.conj().T, M.conj().T, lower=True).conj().T    # ... R_R^{-1}
-    else:
-        Qc, Rc = jnp.linalg.qr(C, mode="reduced")
-        Qr, Rr = jnp.linalg.qr(R.conj().T, mode="reduced")
-        M = _mm(Qc.conj().T, op.matmat(Qr))                      # Q_C^H A Q_R (k x k)
-    Z = tri(Rc, M, lower=False)
-    # U = Z R_R^{-H}  <=>  U^H = R_R^{-1} Z^H
-    return tri(Rr, Z.conj().T, lower=False).conj().T
+        return _mm(jnp.linalg.pinv(gram_C, hermitian=True),
+                   _mm(Mid, jnp.linalg.pinv(GR, hermitian=True)))
+    Qc, Rc = jnp.linalg.qr(C, mode="reduced")
+    Qr, Rr = jnp.linalg.qr(R.conj().T, mode="reduced")
+    M = _mm(Qc.conj().T, op.matmat(Qr))                          # Q_C^H A Q_R (k x k)
+    return _mm(_pinv_tri(Rc), _mm(M, _pinv_tri(Rr).conj().T))
 
 
 def _row_space_residual_fro(op: LinearOperator, T):

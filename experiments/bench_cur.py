@@ -1,0 +1,226 @@
+"""Benchmark for Chapter 2 (issue "Measure"): pivot speed, end-to-end column ID against
+scipy.linalg.interpolative, and the 10^6 x 10^6 SNN CUR.
+
+Run (from the repository root)::
+
+    python experiments/bench_cur.py            # full: all three parts (SNN1e6 takes minutes)
+    python experiments/bench_cur.py --quick    # smaller sizes, seconds; no SNN1e6
+    python experiments/bench_cur.py --parts pivot,id   # choose parts
+
+Parts (one run, float64, 2-core CPU unless the backend says otherwise; every jitted function
+is compiled before timing; times are the median of ``--repeats`` calls, block_until_ready):
+
+1. ``pivot``: the pivot step alone on an l x n Gaussian sketch, l in {100, 500},
+   n = 100000: LUPP (``jax.lax.linalg.lu`` on X^T) vs CPQR (geqp3 via
+   ``jax.lax.linalg.qr(pivoting=True)``). Target: LUPP >= 5x faster.
+2. ``id``: rank-k column ID, k in {50, 200}, of a 4000 x 2000 dense matrix with singular
+   values ``1/sqrt(i)`` (slow decay), against ``scipy.linalg.interpolative.interp_decomp(A, k)``
+   (randomized, the default). Ours: ``rdr_jax.interpolative(key, A, k)`` with the hash
+   Gaussian generator or a sparse sign sketch, ``interp="sketch"`` (coefficients
+   ``X_1^+ X`` from the l = k + 10 sketch) and ``interp="exact"`` (``W = C^+ A``, one more
+   pass). The speed target passes if some Rand-LUPP variant meets both the speed and the
+   error target. Errors ``||A - C W||_F`` are relative to
+   scipy's. Targets: Rand-LUPP >= 20x faster with error <= 1.15x scipy's; Rand-LUPP-1piter
+   error <= 1.08x scipy's.
+3. ``snn1e6``: rank-200 Rand-LUPP CUR of the factored 10^6 x 10^6 SNN (r = 400) end to end
+   (sketch, pivots, U, exact error in factored form), run in a subprocess so that its peak
+   RSS is its own. Target: within 60 s; memory must scale with (m + n) l, not m n.
+
+Results: ``bench_cur.json`` in ``--out`` (default ``experiments/results/bench_cur``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import rdr_jax as R  # noqa: E402
+from rdr_jax import pivoting as P  # noqa: E402
+
+
+def timed(f, *args, repeats=3):
+    out = f(*args)
+    jax.block_until_ready(out)
+    ts = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = f(*args)
+        jax.block_until_ready(out)
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts), out
+
+
+def bench_pivot(ls, n, repeats):
+    rows = []
+    for l in ls:
+        X = jax.random.normal(jax.random.key(l), (l, n), dtype=jnp.float64)
+        lu = jax.jit(lambda X: P.lupp(X, X.shape[0]))
+        qr = jax.jit(lambda X: P.cpqr(X, X.shape[0]))
+        t_lu, _ = timed(lu, X, repeats=repeats)
+        t_qr, _ = timed(qr, X, repeats=repeats)
+        rows.append({"l": l, "n": n, "lupp_s": t_lu, "cpqr_s": t_qr, "speedup": t_qr / t_lu,
+                     "target": 5.0, "pass": t_qr / t_lu >= 5.0})
+        print(f"  pivot l={l:4d} n={n}: LUPP {t_lu*1e3:8.1f} ms  CPQR {t_qr*1e3:8.1f} ms  "
+              f"CPQR/LUPP = {t_qr/t_lu:5.1f}x  (target >= 5x: "
+              f"{'PASS' if t_qr / t_lu >= 5 else 'FAIL'})")
+    return rows
+
+
+def slow_decay(m, n, seed=0):
+    rng = np.random.default_rng(seed)
+    U = np.linalg.qr(rng.standard_normal((m, n)))[0]
+    V = np.linalg.qr(rng.standard_normal((n, n)))[0]
+    s = 1.0 / np.sqrt(np.arange(1, n + 1))
+    return (U * s) @ V.T, s
+
+
+def bench_id(m, n, ks, repeats):
+    import scipy.linalg.interpolative as sli
+    A, s = slow_decay(m, n)
+    Aj = jnp.asarray(A)
+    rows = []
+    for k in ks:
+        opt = float(np.sqrt(np.sum(s[k:] ** 2)))
+        ts = []
+        for _ in range(max(1, repeats - 1)):
+            t = time.perf_counter()
+            idx, proj = sli.interp_decomp(A, k)
+            ts.append(time.perf_counter() - t)
+        t_sc = statistics.median(ts)
+        B = sli.reconstruct_skel_matrix(A, k, idx)
+        e_sc = float(np.linalg.norm(A - sli.reconstruct_matrix_from_id(B, idx, proj)))
+        row = {"k": k, "m": m, "n": n, "scipy_s": t_sc, "scipy_err_over_opt": e_sc / opt}
+        print(f"  column ID k={k}: scipy interp_decomp {t_sc*1e3:8.1f} ms, "
+              f"error/optimal {e_sc/opt:.3f}")
+        variants = [("Rand-LUPP", "sketch", "gaussian"), ("Rand-LUPP", "exact", "gaussian"),
+                    ("Rand-LUPP", "exact", "sparse_sign"),
+                    ("Rand-LUPP-1piter", "sketch", "gaussian"),
+                    ("Rand-LUPP-1piter", "exact", "gaussian")]
+        for method, interp, sk in variants:
+            opts = {"generator": "hash"} if sk == "gaussian" else None
+
+            def run(key, method=method, interp=interp, sk=sk, opts=opts):
+                return R.interpolative(key, Aj, k, method=method, interp=interp, sketch=sk,
+                                       certify=False, sketch_options=opts,
+                                       on_rank_deficient="ignore")
+            t, d = timed(run, jax.random.key(k), repeats=repeats)
+            errs = []
+            for seed in range(5):   # error averaged over keys (timing uses one)
+                dd = run(jax.random.key(1000 + seed))
+                errs.append(float(np.linalg.norm(A - np.asarray(dd.C @ dd.W))))
+            e = float(np.mean(errs))
+            tag = f"{method}/{interp}/{sk}"
+            speed = t_sc / t
+            ratio = e / e_sc
+            row[tag] = {"time_s": t, "speedup_vs_scipy": speed, "err_vs_scipy": ratio,
+                        "err_over_opt": e / opt}
+            print(f"    {tag:26s} {t*1e3:8.1f} ms  speedup {speed:6.1f}x  "
+                  f"error/scipy {ratio:.3f}  error/optimal {e/opt:.3f}")
+        ok = [t for t in row if t.startswith("Rand-LUPP/") and
+              row[t]["err_vs_scipy"] <= 1.15 and row[t]["speedup_vs_scipy"] >= 20]
+        row["target_speed"] = {"variants_meeting_both": ok, "pass": bool(ok)}
+        p1 = min(row[t]["err_vs_scipy"] for t in row if t.startswith("Rand-LUPP-1piter/"))
+        row["target_1piter"] = {"err_vs_scipy": p1, "pass": p1 <= 1.08}
+        print(f"    target Rand-LUPP >= 20x faster and error <= 1.15x scipy: "
+              f"{'PASS' if row['target_speed']['pass'] else 'FAIL'}; "
+              f"Rand-LUPP-1piter error <= 1.08x scipy: {'PASS' if p1 <= 1.08 else 'FAIL'}")
+        rows.append(row)
+    return rows
+
+
+def snn1e6_child(k: int, out: str, sketch: str = "gaussian"):
+    """Runs in a subprocess: build SNN1e6, rank-k CUR end to end, exact error, peak RSS."""
+    from rdr_jax import matrices as M
+    t0 = time.perf_counter()
+    A = M.snn1e6(jax.random.key(0))
+    t_build = time.perf_counter() - t0
+    s = R.exact_singular_values(A)
+    t1 = time.perf_counter()
+    d = R.cur(jax.random.key(1), A, k, certify=False, sketch=sketch)
+    jax.block_until_ready(d)
+    t_cur = time.perf_counter() - t1
+    err = R.lowrank_error(A, d)
+    t_total = time.perf_counter() - t1
+    res = {"k": k, "sketch": sketch, "build_s": t_build, "cur_s": t_cur, "cur_plus_error_s": t_total,
+           "rel_err_fro": err["fro"] / float(np.sqrt(np.sum(s ** 2))),
+           "opt_rel_err_fro": float(np.sqrt(np.sum(s[k:] ** 2) / np.sum(s ** 2))),
+           "rel_err_2": err["2"] / float(s[0]), "opt_rel_err_2": float(s[k] / s[0]),
+           "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
+           "eta": float(d.eta), "eta_rows": float(d.eta_rows)}
+    Path(out).write_text(json.dumps(res))
+
+
+def bench_snn1e6(k, outdir, sketch="gaussian"):
+    out = outdir / f"snn1e6_child_{sketch}.json"
+    cmd = [sys.executable, __file__, "--snn1e6-child", str(k), "--child-out", str(out),
+           "--snn-sketch", sketch]
+    subprocess.run(cmd, check=True)
+    res = json.loads(out.read_text())
+    m = n = 10 ** 6
+    l = k + 10
+    bytes_ml = (m + n) * l * 8 / 2 ** 30
+    res["target"] = 60.0
+    res["pass"] = res["cur_plus_error_s"] <= 60.0
+    res["(m+n)l_float64_gib"] = bytes_ml
+    res["mn_float64_gib"] = m * n * 8 / 2 ** 30
+    print(f"  SNN1e6 rank-{k} CUR ({sketch} sketch): CUR {res['cur_s']:.1f} s, + exact error "
+          f"{res['cur_plus_error_s']:.1f} s (target <= 60 s: {'PASS' if res['pass'] else 'FAIL'});"
+          f" rel. Frobenius error {res['rel_err_fro']:.4g} (optimal {res['opt_rel_err_fro']:.4g});"
+          f" peak RSS {res['peak_rss_gib']:.1f} GiB vs (m+n) l float64 = {bytes_ml:.1f} GiB "
+          f"(m n would be {res['mn_float64_gib']:.0f} GiB)")
+    return res
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--parts", default="pivot,id,snn1e6")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default="experiments/results/bench_cur")
+    ap.add_argument("--snn-sketch", default="gaussian,sparse_sign",
+                    help="sketches for the SNN1e6 part (comma separated)")
+    ap.add_argument("--snn1e6-child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.snn1e6_child is not None:
+        snn1e6_child(args.snn1e6_child, args.child_out, args.snn_sketch)
+        return None
+    outdir = Path(args.out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    parts = set(args.parts.split(","))
+    if args.quick:
+        parts.discard("snn1e6")
+    print(f"backend {jax.default_backend()}, devices {jax.devices()}, cpus {os.cpu_count()}")
+    results = {"quick": args.quick, "backend": jax.default_backend()}
+    if "pivot" in parts:
+        print("[1] pivot step alone")
+        results["pivot"] = bench_pivot((100, 500) if not args.quick else (50, 100),
+                                       100_000 if not args.quick else 20_000, args.repeats)
+    if "id" in parts:
+        print("[2] end-to-end column ID vs scipy.linalg.interpolative")
+        results["id"] = bench_id(*((4000, 2000) if not args.quick else (800, 400)),
+                                 (50, 200) if not args.quick else (20, 50), args.repeats)
+    if "snn1e6" in parts:
+        print("[3] SNN1e6 CUR end to end")
+        results["snn1e6"] = [bench_snn1e6(200, outdir, sk) for sk in args.snn_sketch.split(",")]
+    (outdir / "bench_cur.json").write_text(json.dumps(results, indent=2, default=str))
+    print(f"wrote {outdir / 'bench_cur.json'}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
