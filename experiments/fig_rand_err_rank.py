@@ -80,12 +80,10 @@ Frobenius error, zoomed Frobenius error, time), ``config.json``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -105,6 +103,9 @@ import rdr_jax as R  # noqa: E402
 from rdr_jax import datasets, matrices  # noqa: E402
 from rdr_jax.operators import FactoredOperator, SparseOperator  # noqa: E402
 from rdr_jax.skeletons import DEFAULT_OVERSAMPLE, THESIS_NAMES, resolve_method  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import env_info, host_threads, loadavg  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_rand_err_rank"
 METHODS = tuple(THESIS_NAMES.values())   # the thesis' seven, in the thesis' order
@@ -136,49 +137,6 @@ CLAIM = ("Rand-LUPP, Rand-CPQR, RSVD-DEIM: similar accuracy, better than RSVD-LS
 # --------------------------------------------------------------------------------------
 # environment helpers
 # --------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def host_threads(n: int):
-    """Limit the host thread pools to ``n`` threads for the duration (0: leave them alone).
-
-    OpenBLAS (LAPACK behind jax's LU/QR/pivoted QR/SVD on CPU, numpy's SVD) and OpenMP via
-    threadpoolctl, and numba (the sparse sign kernel) via ``numba.set_num_threads``. On an
-    oversubscribed CPU their multithreaded paths can be 10-100x slower than one thread
-    (threads spin or sleep waiting for descheduled siblings), which would swamp any
-    comparison; XLA's own thread pool is not affected.
-    """
-    with contextlib.ExitStack() as stack:
-        if n > 0:
-            try:
-                from threadpoolctl import threadpool_limits
-                stack.enter_context(threadpool_limits(limits=n))
-            except ImportError:  # pragma: no cover - ships with scikit-learn
-                pass
-            try:
-                import numba
-                prev = numba.get_num_threads()
-                numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-                stack.callback(numba.set_num_threads, prev)
-            except ImportError:  # pragma: no cover - numba is a dependency
-                pass
-        yield
-
-
-def env_info() -> dict:
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover
-        affinity = os.cpu_count()
-    return {"jax": jax.__version__, "numpy": np.__version__, "scipy": scipy.__version__,
-            "python": platform.python_version(), "backend": jax.default_backend(),
-            "device_kind": jax.devices()[0].device_kind, "cpu_count": os.cpu_count(),
-            "cpu_affinity": affinity, "x64": bool(jax.config.jax_enable_x64)}
-
-
-def loadavg():
-    try:
-        return list(os.getloadavg())
-    except OSError:  # pragma: no cover
-        return None
 
 
 def _data_root(data_dir) -> Path:

@@ -46,11 +46,8 @@ Timings on a shared machine are noisy; the load average is recorded in ``config.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -61,10 +58,12 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from rdr_jax.sketching import make_sketch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import env_info, host_threads, ints as _ints, loadavg  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_sketch_ps_time"
 METHODS = ("gaussian", "srtt", "sparse_sign", "sparse_sign_jit")
@@ -73,62 +72,6 @@ LABELS = {"gaussian": "Gaussian", "srtt": "SRTT (DCT)", "sparse_sign": "sparse s
           "sparse_sign_jit": "sparse sign, all in jit"}
 CLAIM = ("sparse sign is faster than Gaussian and SRTT for large m; SRTT beats Gaussian, "
          "more so as l grows (thesis Sec. subsec:exp_embedding, Fig. fig:sketch-ps-time)")
-
-
-def _ints(s: str) -> list[int]:
-    """'1024,2**12,4096' -> [1024, 4096, 4096] (plain ints or powers written b**e)."""
-    out = []
-    for x in (t.strip() for t in s.split(",")):
-        if x:
-            b, _, e = x.partition("**")
-            out.append(int(b) ** int(e) if e else int(b))
-    return out
-
-
-def env_info() -> dict:
-    dev = jax.devices()[0]
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        affinity = os.cpu_count()
-    return {"jax": jax.__version__, "numpy": np.__version__,
-            "python": platform.python_version(), "backend": jax.default_backend(),
-            "device_kind": dev.device_kind, "cpu_count": os.cpu_count(),
-            "cpu_affinity": affinity, "x64": bool(jax.config.jax_enable_x64)}
-
-
-@contextlib.contextmanager
-def host_threads(n: int):
-    """Limit the host thread pools to ``n`` threads for the duration (0: leave them alone).
-
-    OpenBLAS (LAPACK behind jax's LU/QR/pivoted QR/SVD on CPU, numpy's SVD) and OpenMP via
-    threadpoolctl, and numba (the sparse sign kernel) via ``numba.set_num_threads``. On an
-    oversubscribed CPU their multithreaded paths can be 10-100x slower than one thread
-    (threads spin or sleep waiting for descheduled siblings), which would swamp any
-    comparison; XLA's own thread pool is not affected.
-    """
-    with contextlib.ExitStack() as stack:
-        if n > 0:
-            try:
-                from threadpoolctl import threadpool_limits
-                stack.enter_context(threadpool_limits(limits=n))
-            except ImportError:  # pragma: no cover - ships with scikit-learn
-                pass
-            try:
-                import numba
-                prev = numba.get_num_threads()
-                numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-                stack.callback(numba.set_num_threads, prev)
-            except ImportError:  # pragma: no cover - numba is a dependency
-                pass
-        yield
-
-
-def loadavg():
-    try:
-        return list(os.getloadavg())
-    except OSError:  # pragma: no cover
-        return None
 
 
 def time_median(fn, keys, A, repeats: int) -> list[float]:

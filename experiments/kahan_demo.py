@@ -44,7 +44,6 @@ Outputs in ``--out`` (default ``experiments/results/kahan_demo``): ``results.jso
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
 import sys
@@ -63,6 +62,9 @@ from tqdm import tqdm  # noqa: E402
 import rdr_jax as R  # noqa: E402
 from rdr_jax import matrices, pivoting  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import host_threads, ints as _ints  # noqa: E402
+
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "kahan_demo"
 DETERMINISTIC = ("LUPP", "CPQR")
 RANDOMIZED = ("Rand-LUPP", "Rand-CPQR")
@@ -71,10 +73,6 @@ CLAIM = ("pivoting on a Gaussian sketch remedies the vulnerability of LUPP/CPQR 
          "matrix (thesis Ch. 2 intro, Sec. subsec:pivoting_mat_decomp)")
 ETA_DEFEATED, ERR_DEFEATED = 1e6, 1e3        # thresholds for verdict 2
 ERR_NEAR_OPT, ETA_MODEST = 30.0, 100.0        # thresholds for verdict 3
-
-
-def _ints(s: str) -> list[int]:
-    return [int(x) for x in s.split(",") if x.strip()]
 
 
 def id_errors(A, J) -> dict:
@@ -168,33 +166,6 @@ def parse_args(argv=None):
     if not (1 <= min(args.ks) and max(args.ks) < args.n) or args.trials < 1:
         p.error("need 1 <= k <= n-1 and --trials >= 1")
     return args
-
-
-@contextlib.contextmanager
-def host_threads(n: int):
-    """Limit the host thread pools to ``n`` threads for the duration (0: leave them alone).
-
-    OpenBLAS (LAPACK behind jax's LU/QR/pivoted QR/SVD on CPU, numpy's SVD) and OpenMP via
-    threadpoolctl, and numba (the sparse sign kernel) via ``numba.set_num_threads``. On an
-    oversubscribed CPU their multithreaded paths can be 10-100x slower than one thread
-    (threads spin or sleep waiting for descheduled siblings), which would swamp any
-    comparison; XLA's own thread pool is not affected.
-    """
-    with contextlib.ExitStack() as stack:
-        if n > 0:
-            try:
-                from threadpoolctl import threadpool_limits
-                stack.enter_context(threadpool_limits(limits=n))
-            except ImportError:  # pragma: no cover - ships with scikit-learn
-                pass
-            try:
-                import numba
-                prev = numba.get_num_threads()
-                numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-                stack.callback(numba.set_num_threads, prev)
-            except ImportError:  # pragma: no cover - numba is a dependency
-                pass
-        yield
 
 
 def main(argv=None):

@@ -1,0 +1,67 @@
+"""Shared helpers for the experiment scripts: environment record, host thread limits,
+load average, integer-list arguments."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+
+import jax
+import numpy as np
+
+
+def ints(s: str) -> list[int]:
+    """'1024,2**12' -> [1024, 4096]."""
+    out = []
+    for x in (t.strip() for t in s.split(",")):
+        if x:
+            b, _, e = x.partition("**")
+            out.append(int(b) ** int(e) if e else int(b))
+    return out
+
+
+def env_info() -> dict:
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        affinity = os.cpu_count()
+    return {"jax": jax.__version__, "numpy": np.__version__,
+            "python": platform.python_version(), "backend": jax.default_backend(),
+            "device_kind": jax.devices()[0].device_kind, "cpu_count": os.cpu_count(),
+            "cpu_affinity": affinity, "x64": bool(jax.config.jax_enable_x64)}
+
+
+@contextlib.contextmanager
+def host_threads(n: int):
+    """Limit the host thread pools to ``n`` threads for the duration (0: leave them alone).
+
+    OpenBLAS (LAPACK behind jax's LU/QR/pivoted QR/SVD on CPU, numpy's SVD) and OpenMP via
+    threadpoolctl, and numba (the sparse sign kernel) via ``numba.set_num_threads``. On an
+    oversubscribed CPU their multithreaded paths can be 10-100x slower than one thread
+    (threads spin or sleep waiting for descheduled siblings), which would swamp any
+    comparison; XLA's own thread pool is not affected.
+    """
+    with contextlib.ExitStack() as stack:
+        if n > 0:
+            try:
+                from threadpoolctl import threadpool_limits
+                stack.enter_context(threadpool_limits(limits=n))
+            except ImportError:  # pragma: no cover - ships with scikit-learn
+                pass
+            try:
+                import numba
+                prev = numba.get_num_threads()
+                numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+                stack.callback(numba.set_num_threads, prev)
+            except ImportError:  # pragma: no cover - numba is a dependency
+                pass
+        yield
+
+
+def loadavg():
+    try:
+        return list(os.getloadavg())
+    except OSError:  # pragma: no cover
+        return None
+
