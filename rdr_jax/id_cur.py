@@ -27,8 +27,6 @@ randomized LUPP of :func:`rdr_jax.skeletons.adaptive_row_skeletons`.
 
 from __future__ import annotations
 
-import functools
-import math
 import warnings
 from typing import Any, Iterable, NamedTuple, Optional
 

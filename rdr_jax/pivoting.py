@@ -32,7 +32,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from rdr_jax.operators import HIGHEST
 

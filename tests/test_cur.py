@@ -1,7 +1,6 @@
 """Chapter 2: pivoting schemes, skeleton selection, ID/CUR, certificates, streaming, fixed
 accuracy -- against numpy/scipy references and the thesis' error bound."""
 
-import warnings
 
 import chex
 import jax
