@@ -65,3 +65,12 @@ def loadavg():
     except OSError:  # pragma: no cover
         return None
 
+
+
+def run_main(parse_args, run, argv=None):
+    """The scripts' ``main``: parse, switch on float64 (also when imported after x64 was
+    turned off), limit the host thread pools, run."""
+    args = parse_args(argv)
+    jax.config.update("jax_enable_x64", True)
+    with host_threads(args.host_threads):
+        return run(args, argv)

@@ -105,7 +105,7 @@ from rdr_jax.operators import FactoredOperator, SparseOperator  # noqa: E402
 from rdr_jax.skeletons import DEFAULT_OVERSAMPLE, THESIS_NAMES, resolve_method  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, host_threads, loadavg  # noqa: E402
+from _common import env_info, run_main, loadavg  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_rand_err_rank"
 METHODS = tuple(THESIS_NAMES.values())   # the thesis' seven, in the thesis' order
@@ -460,10 +460,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    jax.config.update("jax_enable_x64", True)   # also when imported after x64 was turned off
-    with host_threads(args.host_threads):
-        return run(args, argv)
+    return run_main(parse_args, run, argv)
 
 
 def run(args, argv=None):

@@ -63,7 +63,7 @@ from tqdm import tqdm  # noqa: E402
 from rdr_jax.sketching import make_sketch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, host_threads, ints as _ints, loadavg  # noqa: E402
+from _common import env_info, run_main, ints as _ints, loadavg  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_sketch_ps_time"
 METHODS = ("gaussian", "srtt", "sparse_sign", "sparse_sign_jit")
@@ -182,10 +182,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    jax.config.update("jax_enable_x64", True)   # also when imported after x64 was turned off
-    with host_threads(args.host_threads):
-        return run(args, argv)
+    return run_main(parse_args, run, argv)
 
 
 def run(args, argv=None):

@@ -63,7 +63,7 @@ import rdr_jax as R  # noqa: E402
 from rdr_jax import matrices, pivoting  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import host_threads, ints as _ints  # noqa: E402
+from _common import run_main, ints as _ints  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "kahan_demo"
 DETERMINISTIC = ("LUPP", "CPQR")
@@ -169,10 +169,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    jax.config.update("jax_enable_x64", True)   # also when imported after x64 was turned off
-    with host_threads(args.host_threads):
-        return run(args, argv)
+    return run_main(parse_args, run, argv)
 
 
 def run(args, argv=None):

@@ -39,7 +39,8 @@ from rdr_jax import _validation as V
 from rdr_jax import pivoting as P
 from rdr_jax import skeletons as SK
 from rdr_jax.operators import (HIGHEST, DenseOperator, FactoredOperator, LinearOperator,
-                               SparseOperator, _factor_core, as_operator)
+                               SparseOperator, _concrete_on_cpu, _factor_core,
+                               as_operator)
 from rdr_jax.randomized_svd import RSVD
 
 __all__ = ["ColumnID", "RowID", "TwoSidedID", "CUR", "interpolative", "cur", "id_to_svd",
@@ -270,13 +271,11 @@ def _runner(op, key, jitted, impl):
     fastest outside jit (no callback copies of m x k blocks); for them the pipeline runs op by
     op (every dense step is still a compiled XLA primitive, same results). Everything else,
     and any call made inside the caller's jit/vmap, uses the single jitted function."""
-    leaves = jax.tree_util.tree_leaves(op)
     has_sparse = isinstance(op, SparseOperator) or (
         isinstance(op, FactoredOperator) and (isinstance(op.L, SparseOperator)
                                               or isinstance(op.R, SparseOperator)))
-    concrete = all(V.is_concrete(x) for x in leaves + [key])
-    cpu = jax.default_backend() == "cpu"
-    return impl if (has_sparse and concrete and cpu) else jitted
+    host = _concrete_on_cpu(key, *jax.tree_util.tree_leaves(op))
+    return impl if (has_sparse and host) else jitted
 
 
 # --------------------------------------------------------------------------------------

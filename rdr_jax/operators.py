@@ -283,6 +283,8 @@ def _host_spmm(X, indptr_r, idx_r, data_r, indptr_c, idx_c, data_c, shape, left)
 
 
 def _concrete_on_cpu(*arrays) -> bool:
+    """True when no argument is a tracer and every jax array lives on a CPU device: the host
+    kernels (numba) can then run directly on the buffers, without ``pure_callback``."""
     for x in arrays:
         if isinstance(x, jax.core.Tracer):
             return False

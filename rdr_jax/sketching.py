@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rdr_jax import _validation as V
-from rdr_jax.operators import HIGHEST, _pytree, as_operator
+from rdr_jax.operators import HIGHEST, _concrete_on_cpu, _pytree, as_operator
 
 __all__ = ["gaussian", "srtt", "sparse_sign", "make_sketch", "SKETCHES", "GaussianSketch",
            "SRTTSketch", "SparseSignSketch", "hash_normal"]
@@ -349,7 +349,7 @@ class SparseSignSketch(_Sketch):
         signs = self.signs.astype(dt)
         if impl == "xla":
             return _sparse_sign_xla(A, self.rows, signs, self.l)
-        if _eager_on_cpu(A, self.rows, signs):
+        if _concrete_on_cpu(A, self.rows, signs):
             # outside jit the kernel reads A's buffer in place (no callback operand copy)
             from rdr_jax._kernels import sparse_sign_apply_host
             return jnp.asarray(sparse_sign_apply_host(np.asarray(A), np.asarray(self.rows),
@@ -366,15 +366,6 @@ class SparseSignSketch(_Sketch):
         vals = self.signs.astype(dt)[S.row_r] * S.data_r.astype(dt)[:, None]
         cols = jnp.broadcast_to(S.col_r[:, None], r.shape)
         return jnp.zeros((self.l, S.shape[1]), dt).at[r, cols].add(vals)
-
-
-def _eager_on_cpu(*arrays) -> bool:
-    for x in arrays:
-        if isinstance(x, jax.core.Tracer):
-            return False
-        if isinstance(x, jax.Array) and any(d.platform != "cpu" for d in x.devices()):
-            return False
-    return True
 
 
 def _sparse_sign_xla(A, rows, signs, l):
