@@ -337,16 +337,34 @@ def _mm(a, b):
     return jnp.matmul(a, b, precision=HIGHEST)
 
 
-def _sines_orthonormal(Q1, Q2):
+def _after(dep, x):
+    """``x``, made data-dependent on ``dep`` (a true dependency, value unchanged).
+
+    jaxlib's CPU LAPACK kernels (0.10) split a *batched* factorisation over XLA's intra-op
+    thread pool and block until the pieces finish; two independent batched factorisations
+    running at the same time can then occupy every pool thread and wait on each other forever
+    (seen on 2 cores when these functions are ``vmap``-ped). Chaining independent
+    QR/SVD/Cholesky calls through this helper makes XLA run them one after the other.
+    ``optimization_barrier`` does not suffice: the CPU runtime orders thunks by buffer use.
+    """
+    d = jnp.real(jnp.ravel(dep)[0])
+    zero = jnp.where(jnp.isfinite(d), d, 0) * 0
+    return x + zero.astype(x.dtype)
+
+
+def _sines_orthonormal(Q1, Q2, after=None):
     """Sines of the canonical angles between range(Q1), range(Q2) (orthonormal columns),
     ascending, min(p1, p2) of them: singular values of ``(I - P_big) Q_small``.
 
     The projection is applied twice (classical Gram-Schmidt with reorthogonalisation), so
     sines are accurate to O(eps) in absolute terms, including the tiny ones that
-    ``sqrt(1 - cos^2)`` would lose entirely.
+    ``sqrt(1 - cos^2)`` would lose entirely. ``after``: run the SVD after this value exists
+    (see :func:`_after`).
     """
     if Q1.shape[1] < Q2.shape[1]:
         Q1, Q2 = Q2, Q1
+    if after is not None:
+        Q2 = _after(after, Q2)
     R = Q2 - _mm(Q1, _mm(Q1.conj().T, Q2))
     R = R - _mm(Q1, _mm(Q1.conj().T, R))
     return jnp.linalg.svd(R, compute_uv=False)[::-1]
@@ -362,7 +380,7 @@ def _orth_checked(X):
 @jax.jit
 def _canonical_angles_jit(U, Vb):
     Qu, oku = _orth_checked(U)
-    Qv, okv = _orth_checked(Vb)
+    Qv, okv = _orth_checked(_after(Qu, Vb))
     sines = _sines_orthonormal(Qu, Qv)
     return jnp.where(oku & okv, sines, jnp.nan), oku, okv
 
@@ -418,12 +436,11 @@ def canonical_angles(U: Any, V_: Any) -> Float[Array, " p"]:
 def _true_angles_jit(Ut, Vtt, Uh, Vth, k):
     Uk, Vk = Ut[:, :k], Vtt[:k].conj().T
     Vh = Vth.conj().T
-    return TrueAngles(
-        Uk_Ul=_sines_orthonormal(Uh, Uk),
-        Vk_Vl=_sines_orthonormal(Vh, Vk),
-        Uk_Uk=_sines_orthonormal(Uh[:, :k], Uk),
-        Vk_Vk=_sines_orthonormal(Vh[:, :k], Vk),
-    )
+    a = _sines_orthonormal(Uh, Uk)
+    b = _sines_orthonormal(Vh, Vk, after=a)
+    c = _sines_orthonormal(Uh[:, :k], Uk, after=b)
+    d = _sines_orthonormal(Vh[:, :k], Vk, after=c)
+    return TrueAngles(Uk_Ul=a, Vk_Vl=b, Uk_Uk=c, Vk_Vk=d)
 
 
 def true_angles(true_svd: Any, svd: Any, k: int) -> TrueAngles:
@@ -632,8 +649,8 @@ def _estimate_jit(key, s, power, k, l, num_trials, sketch, sketch_options, metho
         nu = jnp.linalg.svd(Mt, compute_uv=False)              # descending
         return 1.0 / jnp.hypot(jnp.ones((), dt), nu)           # ascending sines
 
-    def qr_trial(kk):
-        Wt = draw(kk)
+    def qr_trial(kk, dep=None):
+        Wt = draw(kk) if dep is None else _after(dep, draw(kk))
         R = jnp.linalg.qr(Wt[:, k:].T, mode="r")              # W2 = Q R, R (l x l)
         return finish(Wt, R.conj().T)
 
@@ -654,7 +671,10 @@ def _estimate_jit(key, s, power, k, l, num_trials, sketch, sketch_options, metho
         if method == "cholesky":
             trials = jnp.where(bad[:, None], jnp.nan, fast)
         else:  # auto: redo the whole batch with QR if any trial was ill-conditioned
-            trials = jax.lax.cond(jnp.any(bad), lambda: jax.vmap(qr_trial)(keys), lambda: fast)
+            # (under an outer vmap the cond runs both branches: QR strictly after Cholesky)
+            trials = jax.lax.cond(jnp.any(bad),
+                                  lambda: jax.vmap(qr_trial)(keys, fast),
+                                  lambda: fast)
     return Estimate(jnp.mean(trials, axis=0), jnp.min(trials, axis=0),
                     jnp.max(trials, axis=0), trials)
 
@@ -788,24 +808,25 @@ def _residuals_jit(op, U, s_hat, Vt, key, k, exact, norm_iters):
     rdt = s_hat.dtype
     AV = op.matmat(Vh)                                        # m x l
     F = AV - _mm(U, _mm(U.conj().T, AV))                      # (I - U U^H) A V_l = [E31, E32]
+    # the SVDs below are independent; _after chains them (see _after)
     svF = jnp.linalg.svd(F, compute_uv=False)
     E3_2, E3_F = svF[0], jnp.sqrt(jnp.sum(svF ** 2))
     l = Vh.shape[1]
-    E32_2 = (jnp.linalg.svd(F[:, k:], compute_uv=False)[0] if l > k
+    E32_2 = (jnp.linalg.svd(_after(svF, F[:, k:]), compute_uv=False)[0] if l > k
              else jnp.zeros((), rdt))
     if exact:
         Ad = op.todense()
         EU = Ad - _mm(U, _mm(U.conj().T, Ad))
         EV = Ad - _mm(_mm(Ad, Vh), Vt)
         E33 = EU - _mm(_mm(EU, Vh), Vt)
-        svU = jnp.linalg.svd(EU, compute_uv=False)
-        svV = jnp.linalg.svd(EV, compute_uv=False)
+        svU = jnp.linalg.svd(_after(E32_2, EU), compute_uv=False)
+        svV = jnp.linalg.svd(_after(svU, EV), compute_uv=False)
         kk = min(k, svU.shape[0])
         pad = jnp.zeros((k - kk,), rdt)
         left_svals = jnp.concatenate([svU[:kk], pad])
         right_svals = jnp.concatenate([svV[:kk], pad])
         left_norm, right_norm = svU[0], svV[0]
-        E33_2 = jnp.linalg.svd(E33, compute_uv=False)[0]
+        E33_2 = jnp.linalg.svd(_after(svV, E33), compute_uv=False)[0]
     else:
         k1, k2, k3 = jax.random.split(key, 3)
         left_norm = spectral_norm(k1, _ProjectedOperator(op, U, None), iters=norm_iters)

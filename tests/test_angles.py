@@ -39,8 +39,10 @@ def _true_sines_batch(A, Ut, Vtt, keys, k, l, q):
     def one(kk):
         Q = R.rangefinder(kk, A, l, power_iters=q)
         Vh = jnp.linalg.qr(jnp.matmul(A.T, Q, precision=jax.lax.Precision.HIGHEST))[0]
-        return (AN._sines_orthonormal(Q, Ut[:, :k]),
-                AN._sines_orthonormal(Vh, Vtt[:k].T))
+        left = AN._sines_orthonormal(Q, Ut[:, :k])
+        # chained after `left`: two independent batched SVDs can deadlock jaxlib's CPU
+        # LAPACK kernels on a 2-thread pool (see rdr_jax.angles._after)
+        return left, AN._sines_orthonormal(Vh, Vtt[:k].T, after=left)
     return jax.vmap(one)(keys)
 
 
