@@ -16,9 +16,11 @@ Chapter 2 (randomized pivoting ID/CUR): :mod:`rdr_jax.pivoting` (LUPP, CPQR, lev
 scores, swaps, eta), :mod:`rdr_jax.skeletons` (Algorithm ``algo:sketch_pivot_CUR_general``,
 the thesis' seven variants, streaming, fixed accuracy), :mod:`rdr_jax.id_cur`
 (:func:`interpolative`, :func:`cur`, :func:`id_to_svd`, :func:`lowrank_error`).
+Chapter 3 (canonical angles): :mod:`rdr_jax.angles`.
 """
 
 from rdr_jax import datasets, matrices, norms, operators, sketching
+from rdr_jax import angles
 from rdr_jax import id_cur, pivoting, skeletons
 from rdr_jax.id_cur import (CUR, ColumnID, RowID, TwoSidedID, certificate, cur, id_to_svd,
                             interpolative, lowrank_error)
@@ -40,7 +42,7 @@ from rdr_jax.randomized_svd import RSVD, range_sketch, rangefinder, rsvd
 __version__ = "0.1.0"
 
 __all__ = [
-    "id_cur", "pivoting", "skeletons",
+    "angles", "id_cur", "pivoting", "skeletons",
     "CUR", "ColumnID", "RowID", "TwoSidedID", "certificate", "cur", "id_to_svd", "interpolative",
     "lowrank_error", "select_columns", "select_rows", "select_skeletons",
     "DenseOperator", "FactoredOperator", "ImplicitOperator", "LinearOperator", "SparseOperator",

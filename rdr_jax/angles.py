@@ -1,0 +1,1294 @@
+"""Canonical angles of randomized subspace approximations (thesis Chapter 3, ``ch:svra``).
+
+For ``A = U Sigma V^H`` (rank r, ``sigma_1 >= ... >= sigma_r > 0``) and a rank-l randomized SVD
+``A_l = U_l S_l V_l^H`` with q power iterations (``algo:rsvd_power_iterations``:
+``U_l`` spans ``X = (A A^H)^q A Omega``, ``V_l`` spans ``A^H X = (A^H A)^(q+1) Omega``), this
+module computes, for the leading rank-k subspaces (``k <= l``):
+
+* exact sines of canonical angles -- :func:`canonical_angles`, :func:`true_angles`
+  (``def:canonical-angles``);
+* prior space-agnostic bounds -- :func:`space_agnostic_bound` (``thm:space_agnostic_bounds``);
+* unbiased Monte-Carlo estimates -- :func:`unbiased_estimate`
+  (``prop:space_agnostic_estimation``, ``algo:unbiased_canonical_angle_estimators``);
+* posterior residual bounds -- :func:`posterior_residuals`, then :func:`residual_bound`
+  (Thm 3.3, ``thm:with_oversmp_computable_det``) and :func:`gap_bounds` (Thm 3.4, all forms,
+  ``thm:separate_gap_bounds``);
+* Saibaba (2018) Thm 1 with the oracle V -- :func:`saibaba_bound`
+  (``eq:saibaba2018_thm1_left/right``), with :func:`rsvd_omega`;
+* the approximate spectrum -- :func:`padded_spectrum` (``subsec:experiment_canonical_angle``);
+* the (l, q) budget planner -- :func:`phi_gamma`, :func:`plan_budget`
+  (``eq:space_agnostic_example_rhs``);
+* everything for one rSVD run (the chapter's experiments) -- :func:`angle_report`, with the
+  dense reference SVD :func:`exact_svd`.
+
+Conventions (all functions):
+
+* Sines are returned in **ascending** order, ``sin(theta_1) <= ... <= sin(theta_k)``
+  (``theta_i`` is the i-th smallest canonical angle, ``def:canonical-angles``).
+* The left side (U) uses the exponent ``2q+1`` on Sigma, the right side (V) ``2q+2``: ``V_l``
+  gets the extra half power iteration ``A^H X`` (``remark:compare_left_right``).
+* ``k``, ``l``, ``q``, ``num_trials`` are Python ints (``k``, ``l``, ``num_trials`` set
+  shapes and are static under ``jit``; ``q`` and ``side`` only change an exponent, which is
+  traced); spectra and matrices are traced, so repeated calls with the same shapes do not
+  retrace.
+* Invalid states are never silent: vacuous prior bounds are NaN, posterior bounds whose gap
+  conditions fail are NaN and flagged ``valid = False``.
+
+Example (the thesis' figures in four lines)::
+
+    A = matrices.with_spectrum(jax.random.key(0), 500, 500, matrices.polynomial_decay(500))
+    rep = angles.angle_report(jax.random.key(1), A, k=50, l=200, q=1)
+    rep.true.Uk_Ul                      # true sines, (50,)
+    rep.sigma.left.prior_upper          # Thm 3.1 upper bound with the true spectrum
+    rep.sigma_hat.right.estimate.mean   # Prop 3.2 estimate from the rSVD's own spectrum
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import solve_triangular
+from jaxtyping import Array, Bool, Float
+
+from rdr_jax import _validation as V
+from rdr_jax.norms import spectral_norm
+from rdr_jax.operators import HIGHEST, LinearOperator, _pytree, as_operator
+from rdr_jax.randomized_svd import RSVD, rsvd
+from rdr_jax.sketching import SKETCHES, make_sketch
+
+__all__ = [
+    "canonical_angles", "true_angles", "exact_svd", "rsvd_omega",
+    "space_agnostic_bound", "unbiased_estimate", "padded_spectrum",
+    "posterior_residuals", "residual_bound", "gap_bounds", "saibaba_bound",
+    "phi_gamma", "plan_budget", "angle_report",
+    "TrueAngles", "Estimate", "Residuals", "ResidualBound", "GapBound", "SeparateGapBounds",
+    "BudgetPlan", "SideBounds", "SpectrumBounds", "AngleReport",
+]
+
+_SIDES = ("left", "right")
+
+# Above this many entries (m n) the residual spectra are estimated instead of computed from a
+# dense SVD when ``residual="auto"`` (2^22 entries = 32 MiB in float64, e.g. 2048 x 2048).
+_EXACT_RESIDUAL_MAX_ENTRIES = 1 << 22
+
+
+# ======================================================================================
+# Result types
+# ======================================================================================
+class TrueAngles(NamedTuple):
+    """Exact sines (ascending, k each) between the true and the computed subspaces.
+
+    ``Uk_Ul = sin angle(U_k, U_hat_l)``, ``Vk_Vl = sin angle(V_k, V_hat_l)``,
+    ``Uk_Uk = sin angle(U_k, U_hat_k)``, ``Vk_Vk = sin angle(V_k, V_hat_k)``.
+    """
+
+    Uk_Ul: Float[Array, " k"]
+    Vk_Vl: Float[Array, " k"]
+    Uk_Uk: Float[Array, " k"]
+    Vk_Vk: Float[Array, " k"]
+
+
+class Estimate(NamedTuple):
+    """Monte-Carlo estimate of ``E[sin theta_i]`` (Prop. ``prop:space_agnostic_estimation``).
+
+    ``mean``, ``min``, ``max`` are over the trials (the thesis' line and shaded band);
+    ``trials`` holds the per-trial sines, shape (num_trials, k), each row ascending.
+    """
+
+    mean: Float[Array, " k"]
+    min: Float[Array, " k"]
+    max: Float[Array, " k"]
+    trials: Float[Array, "N k"]
+
+
+class Residuals(NamedTuple):
+    """Residual quantities of a rank-l approximation ``A ~ U_l S_l V_l^H`` (posterior bounds).
+
+    With ``E_U = (I - U_l U_l^H) A``, ``E_V = A (I - V_l V_l^H)`` and the blocks
+    ``[E31, E32] = U_perp^H A [V_k, V_{l\\k}]``, ``E33 = U_perp^H A V_perp``
+    (``thm:separate_gap_bounds``):
+
+    * ``s_hat`` (l,): the approximation's singular values ``s_hat_1 >= ... >= s_hat_l``;
+    * ``left_svals``/``right_svals`` (k,): ``sigma_1..k(E_U)``, ``sigma_1..k(E_V)``
+      (descending); NaN when the residuals were only estimated;
+    * ``left_norm``/``right_norm``: ``||E_U||_2``, ``||E_V||_2``;
+    * ``E3_2``, ``E3_F``: ``||[E31, E32]||_2`` and ``||[E31, E32]||_F`` (always exact: they
+      are norms of the m x l matrix ``(I - U_l U_l^H) A V_l``);
+    * ``E32_2``: ``||E32||_2`` (exact); ``E33_2``: ``||E33||_2``;
+    * ``exact``: True when every quantity is exact, False when ``left_norm``, ``right_norm``
+      and ``E33_2`` are power-method estimates (lower estimates of the true norms).
+    """
+
+    s_hat: Float[Array, " l"]
+    left_svals: Float[Array, " k"]
+    right_svals: Float[Array, " k"]
+    left_norm: Float[Array, ""]
+    right_norm: Float[Array, ""]
+    E3_2: Float[Array, ""]
+    E3_F: Float[Array, ""]
+    E32_2: Float[Array, ""]
+    E33_2: Float[Array, ""]
+    exact: Bool[Array, ""]
+
+
+class ResidualBound(NamedTuple):
+    """Thm ``thm:with_oversmp_computable_det`` (Eqs. ``eq:residual_based_posterior_left/right``).
+
+    ``bound = fmin(term1, term2)`` (ascending index i), with
+    ``term1_i = sigma_{k-i+1}(E) / sigma_k`` (NaN when the residual spectrum was only
+    estimated; ``bound`` is then ``term2``) and ``term2_i = ||E||_2 / sigma_i``.
+    """
+
+    bound: Float[Array, " k"]
+    term1: Float[Array, " k"]
+    term2: Float[Array, " k"]
+
+
+class GapBound(NamedTuple):
+    """One comparison of Thm ``thm:separate_gap_bounds``: the angle-wise bound (k,),
+    ascending, and the bounds on ``||sin angle||_2`` (largest sine) and ``||sin angle||_F``.
+    NaN where the theorem's gap conditions fail."""
+
+    anglewise: Float[Array, " k"]
+    spectral: Float[Array, ""]
+    frobenius: Float[Array, ""]
+
+
+class SeparateGapBounds(NamedTuple):
+    """All forms of Thm ``thm:separate_gap_bounds`` (Eqs. ``eq:separate_gap_*``).
+
+    ``valid_Gamma`` is ``sigma_k > ||E33||_2`` (needed by every form), ``valid_gamma`` is
+    ``sigma_k > s_hat_{k+1}`` (needed by the ``Uk_Uk``/``Vk_Vk`` forms); ``valid`` is both.
+    Forms whose conditions fail are NaN. ``gamma1, gamma2, Gamma1, Gamma2`` are the gaps.
+    """
+
+    Uk_Ul: GapBound
+    Vk_Vl: GapBound
+    Uk_Uk: GapBound
+    Vk_Vk: GapBound
+    gamma1: Float[Array, ""]
+    gamma2: Float[Array, ""]
+    Gamma1: Float[Array, ""]
+    Gamma2: Float[Array, ""]
+    valid_Gamma: Bool[Array, ""]
+    valid_gamma: Bool[Array, ""]
+    valid: Bool[Array, ""]
+
+
+class BudgetPlan(NamedTuple):
+    """Result of :func:`plan_budget`: the recommended ``(l, q)`` and the whole table.
+
+    ``qs``/``ls`` are the admissible configurations, ``phi`` the criterion
+    ``phi_gamma(q)`` for each, ``bounds`` (len(qs), k) the Thm 3.1 upper bounds behind it.
+    """
+
+    q: int
+    l: int
+    qs: np.ndarray
+    ls: np.ndarray
+    phi: np.ndarray
+    bounds: np.ndarray
+
+
+class SideBounds(NamedTuple):
+    """Every bound/estimate for one side (U: ``angle(U_k, U_hat_l)``, or V) and one spectrum.
+
+    ``gap`` is the angle-wise Thm 3.4 bound for this side (``Uk_Ul`` or ``Vk_Vl``);
+    the full Thm 3.4 result is :attr:`SpectrumBounds.gap`.
+    """
+
+    prior_upper: Float[Array, " k"]
+    prior_lower: Float[Array, " k"]
+    estimate: Estimate
+    residual: ResidualBound
+    gap: Float[Array, " k"]
+    saibaba: Float[Array, " k"]
+
+
+class SpectrumBounds(NamedTuple):
+    """Left and right :class:`SideBounds` plus the full Thm 3.4 result for one spectrum."""
+
+    left: SideBounds
+    right: SideBounds
+    gap: SeparateGapBounds
+
+
+class AngleReport(NamedTuple):
+    """Everything :func:`angle_report` computes for one rank-l rSVD of A.
+
+    * ``svd``: the rank-l :class:`~rdr_jax.RSVD` (U m x l, s (l,), Vt l x n);
+    * ``spectrum`` (r,): the true singular values; ``approx_spectrum`` (r,): ``s_hat``
+      padded with ``s_hat_l`` (:func:`padded_spectrum`);
+    * ``true``: :class:`TrueAngles`; ``residuals``: :class:`Residuals`;
+    * ``sigma`` / ``sigma_hat``: :class:`SpectrumBounds` evaluated with the true / the
+      approximate spectrum (the thesis' lines / dashes).
+    """
+
+    svd: RSVD
+    spectrum: Float[Array, " r"]
+    approx_spectrum: Float[Array, " r"]
+    true: TrueAngles
+    residuals: Residuals
+    sigma: SpectrumBounds
+    sigma_hat: SpectrumBounds
+
+
+# ======================================================================================
+# Validation helpers
+# ======================================================================================
+def _check_side(side: Any) -> str:
+    if side not in _SIDES:
+        raise ValueError(f"side must be 'left' (U) or 'right' (V); got {side!r}")
+    return side
+
+
+def _to_float_array(name: str, x: Any, *, allow_complex: bool = False):
+    arr = x if isinstance(x, jax.Array) else np.asarray(x)
+    kind = np.dtype(arr.dtype).kind
+    if kind in "biu":
+        return jnp.asarray(arr, V.default_float())
+    if kind == "c" and not allow_complex:
+        raise TypeError(f"{name} must be real; got dtype {arr.dtype}")
+    if kind not in "fc":
+        raise TypeError(f"{name} must be a floating array; got dtype {arr.dtype}")
+    return jnp.asarray(arr)
+
+
+def _spectrum_values(name: str, a: np.ndarray, allow_zero: bool) -> None:
+    """Finite, positive (or >= 0) and non-increasing; raises ValueError naming ``name``."""
+    V.check_array_values(name, a)
+    if np.any(a < 0) or (not allow_zero and np.any(a == 0)):
+        what = "non-negative" if allow_zero else ("positive (the r = rank(A) nonzero "
+                                                  "singular values; drop zeros)")
+        raise ValueError(f"{name} must be {what}; got min {a.min()!r}")
+    if a.size > 1 and np.any(np.diff(a) > 0):
+        i = int(np.argmax(np.diff(a) > 0))
+        raise ValueError(f"{name} must be non-increasing (singular values in descending "
+                         f"order); got {name}[{i}] = {a[i]!r} < {name}[{i + 1}] = {a[i + 1]!r}")
+
+
+def _check_spectrum(s: Any, *, name: str = "s", min_len: int = 1,
+                    len_desc: str | None = None, allow_zero: bool = False) -> jax.Array:
+    """1-D, real, finite, positive (or >= 0) and non-increasing (checked when concrete)."""
+    s = _to_float_array(name, s)
+    if s.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D spectrum (singular values); got shape {s.shape}")
+    if s.shape[0] < min_len:
+        why = f" ({len_desc})" if len_desc else ""
+        raise ValueError(f"{name} must have at least {min_len} entries{why}; got {s.shape[0]}")
+    if V.is_concrete(s):
+        _spectrum_values(name, np.asarray(s), allow_zero)
+    return s
+
+
+def _check_positive_float(name: str, x: Any) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name} must be a real number; got {x!r}") from e
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{name} must be a finite positive number; got {x!r}")
+    return v
+
+
+def _check_matrix(name: str, X: Any) -> jax.Array:
+    X = _to_float_array(name, X, allow_complex=True)
+    if X.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D matrix (a basis, one vector per column); "
+                         f"got shape {X.shape}")
+    if 0 in X.shape:
+        raise ValueError(f"{name} is empty (shape {X.shape})")
+    V.check_array_values(name, X)
+    return X
+
+
+def _sketch_opts(sketch: Any, sketch_options: dict | None) -> tuple:
+    if not isinstance(sketch, str) or sketch not in SKETCHES:
+        raise ValueError(f"sketch must be one of {sorted(SKETCHES)}; got {sketch!r}")
+    if sketch_options is not None and not isinstance(sketch_options, dict):
+        raise TypeError(f"sketch_options must be a dict; got {type(sketch_options).__name__}")
+    return tuple(sorted((sketch_options or {}).items()))
+
+
+def _svd_parts(name: str, svd: Any):
+    """Accept an RSVD / (U, s, Vt) triple; return (U, s, Vt) as arrays."""
+    try:
+        U, s, Vt = svd
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name} must be an RSVD (U, s, Vt) triple; got "
+                        f"{type(svd).__name__}") from e
+    U, Vt = jnp.asarray(U), jnp.asarray(Vt)
+    s = jnp.asarray(s)
+    if U.ndim != 2 or Vt.ndim != 2 or s.ndim != 1 or not (U.shape[1] == s.shape[0] == Vt.shape[0]):
+        raise ValueError(f"{name} must hold U (m x l), s (l,), Vt (l x n); got shapes "
+                         f"{U.shape}, {s.shape}, {Vt.shape}")
+    return U, s, Vt
+
+
+# ======================================================================================
+# 1. Canonical angles
+# ======================================================================================
+def _mm(a, b):
+    return jnp.matmul(a, b, precision=HIGHEST)
+
+
+def _after(dep, x):
+    """``x``, made data-dependent on ``dep`` (a true dependency, value unchanged).
+
+    jaxlib's CPU LAPACK kernels (0.10) split a *batched* factorisation over XLA's intra-op
+    thread pool and block until the pieces finish; two independent batched factorisations
+    running at the same time can then occupy every pool thread and wait on each other forever
+    (seen on 2 cores when these functions are ``vmap``-ped). Chaining independent
+    QR/SVD/Cholesky calls through this helper makes XLA run them one after the other.
+    ``optimization_barrier`` does not suffice: the CPU runtime orders thunks by buffer use.
+    """
+    d = jnp.real(jnp.ravel(dep)[0])
+    zero = jnp.where(jnp.isfinite(d), d, 0) * 0
+    return x + zero.astype(x.dtype)
+
+
+def _sines_orthonormal(Q1, Q2, after=None):
+    """Sines of the canonical angles between range(Q1), range(Q2) (orthonormal columns),
+    ascending, min(p1, p2) of them: singular values of ``(I - P_big) Q_small``.
+
+    The projection is applied twice (classical Gram-Schmidt with reorthogonalisation), so
+    sines are accurate to O(eps) in absolute terms, including the tiny ones that
+    ``sqrt(1 - cos^2)`` would lose entirely. ``after``: run the SVD after this value exists
+    (see :func:`_after`).
+    """
+    if Q1.shape[1] < Q2.shape[1]:
+        Q1, Q2 = Q2, Q1
+    if after is not None:
+        Q2 = _after(after, Q2)
+    R = Q2 - _mm(Q1, _mm(Q1.conj().T, Q2))
+    R = R - _mm(Q1, _mm(Q1.conj().T, R))
+    return jnp.linalg.svd(R, compute_uv=False)[::-1]
+
+
+def _orth_checked(X):
+    """Orthonormal basis of range(X) via the SVD, and whether X has full column rank."""
+    W, sv, _ = jnp.linalg.svd(X, full_matrices=False)
+    tol = max(X.shape) * jnp.finfo(sv.dtype).eps * sv[0]
+    return W, sv[-1] > tol
+
+
+@jax.jit
+def _canonical_angles_jit(U, Vb):
+    Qu, oku = _orth_checked(U)
+    Qv, okv = _orth_checked(_after(Qu, Vb))
+    sines = _sines_orthonormal(Qu, Qv)
+    return jnp.where(oku & okv, sines, jnp.nan), oku, okv
+
+
+def canonical_angles(U: Any, V_: Any) -> Float[Array, " p"]:
+    """Sines of the canonical angles between ``range(U)`` and ``range(V)``, ascending.
+
+    Definition ``def:canonical-angles`` (Golub & Van Loan; Bjorck & Golub 1973, Sec. 3):
+    for orthonormal bases ``Q_U`` (d x p) and ``Q_V`` (d x p'), ``p >= p'``,
+    ``sin theta_i = sigma_{p'-i+1}((I - Q_U Q_U^H) Q_V)``, i = 1..p'. The bases need not be
+    orthonormal (they are orthonormalised by an SVD) and their dimensions may differ; the
+    number of angles is ``min(p, p')``. Sines are computed from the orthogonal complement
+    (with reorthogonalisation), never as ``sqrt(1 - cos^2)``, so angles far below
+    ``sqrt(eps)`` keep full absolute accuracy.
+
+    Args:
+      U: (d, p) basis, float or complex, full column rank.
+      V_: (d, p') basis of the same ambient dimension d.
+
+    Returns:
+      ``sin theta_1 <= ... <= sin theta_{min(p, p')}``, real dtype of the inputs.
+
+    Raises:
+      ValueError: non-2-D or empty input, different numbers of rows, more columns than rows,
+        NaN/Inf entries, or a rank-deficient basis (numerical rank below the column count,
+        tolerance ``max(d, p) eps sigma_1``). Inside a caller's ``jit``/``vmap`` the finiteness
+        and rank checks cannot raise: a rank-deficient basis then gives all-NaN sines.
+
+    Example:
+      >>> U = jnp.eye(4)[:, :2]
+      >>> V = jnp.array([[1.0, 0.0], [0.0, 1.0], [1e-10, 0.0], [0.0, 0.5]])
+      >>> canonical_angles(U, V)          # ~[1e-10, sin(atan(0.5))] = [1e-10, 0.447]
+    """
+    U = _check_matrix("U", U)
+    V_ = _check_matrix("V", V_)
+    if U.shape[0] != V_.shape[0]:
+        raise ValueError(f"U and V must have the same number of rows (ambient dimension); got "
+                         f"U {U.shape} and V {V_.shape}")
+    for name, X in (("U", U), ("V", V_)):
+        if X.shape[1] > X.shape[0]:
+            raise ValueError(f"{name} has more columns than rows ({X.shape}): its columns cannot "
+                             "be a basis (rank-deficient)")
+    dt = jnp.result_type(U.dtype, V_.dtype)
+    sines, oku, okv = _canonical_angles_jit(U.astype(dt), V_.astype(dt))
+    for name, ok in (("U", oku), ("V", okv)):
+        if V.is_concrete(ok) and not bool(ok):
+            raise ValueError(f"{name} is rank-deficient (numerically): its columns do not span a "
+                             f"{(U if name == 'U' else V_).shape[1]}-dimensional subspace")
+    return sines
+
+
+@functools.partial(jax.jit, static_argnames=("k",))
+def _true_angles_jit(Ut, Vtt, Uh, Vth, k):
+    Uk, Vk = Ut[:, :k], Vtt[:k].conj().T
+    Vh = Vth.conj().T
+    a = _sines_orthonormal(Uh, Uk)
+    b = _sines_orthonormal(Vh, Vk, after=a)
+    c = _sines_orthonormal(Uh[:, :k], Uk, after=b)
+    d = _sines_orthonormal(Vh[:, :k], Vk, after=c)
+    return TrueAngles(Uk_Ul=a, Vk_Vl=b, Uk_Uk=c, Vk_Vk=d)
+
+
+def true_angles(true_svd: Any, svd: Any, k: int) -> TrueAngles:
+    """Exact sines between the true leading subspaces and a computed rank-l SVD.
+
+    ``sin angle(U_k, U_hat_l)``, ``sin angle(V_k, V_hat_l)``, ``sin angle(U_k, U_hat_k)``,
+    ``sin angle(V_k, V_hat_k)`` (``def:canonical-angles``), all ascending; both SVDs must
+    have orthonormal factors (as :func:`exact_svd` and :func:`rdr_jax.rsvd` return).
+
+    Args:
+      true_svd: ``(U, s, Vt)`` of A with at least k columns, e.g. :func:`exact_svd` ``(A)``.
+      svd: the computed rank-l ``(U_hat, s_hat, Vt_hat)``, e.g.
+        ``rdr_jax.rsvd(key, A, l, l=l, power_iters=q)`` (note ``k = l`` there: all l triplets).
+      k: target rank (static), ``1 <= k <= l``.
+
+    Example:
+      >>> t = true_angles(exact_svd(A), rsvd(key, A, 200, l=200, power_iters=1), 50)
+      >>> t.Uk_Ul.shape
+      (50,)
+    """
+    Ut, st, Vtt = _svd_parts("true_svd", true_svd)
+    Uh, sh, Vth = _svd_parts("svd", svd)
+    l = Uh.shape[1]
+    k = V.check_int("k", k, low=1, high=min(l, Ut.shape[1]),
+                    high_desc="k <= l and k <= the number of true singular triplets")
+    if Ut.shape[0] != Uh.shape[0] or Vtt.shape[1] != Vth.shape[1]:
+        raise ValueError(f"true_svd and svd describe matrices of different shapes: "
+                         f"{(Ut.shape[0], Vtt.shape[1])} vs {(Uh.shape[0], Vth.shape[1])}")
+    dt = jnp.result_type(Ut.dtype, Uh.dtype)
+    return _true_angles_jit(Ut.astype(dt), Vtt.astype(dt), Uh.astype(dt), Vth.astype(dt), k)
+
+
+def exact_svd(A: Any, *, rank_tol: float | None = None) -> RSVD:
+    """Dense SVD of a small matrix, truncated to its numerical rank r (the "true" SVD).
+
+    Computed on the host in float64 (complex128) with numpy and returned in A's dtype:
+    ``U`` (m x r), ``s`` (r,), ``Vt`` (r x n), keeping ``s_i > rank_tol * s_1`` (default
+    ``max(m, n) * eps`` of A's dtype, as ``numpy.linalg.matrix_rank``). Densifies A: small
+    problems only.
+    """
+    op = as_operator(A)
+    wide = np.complex128 if np.dtype(op.dtype).kind == "c" else np.float64
+    Ad = np.asarray(op.todense()).astype(wide)
+    U, s, Vt = np.linalg.svd(Ad, full_matrices=False)
+    tol = rank_tol if rank_tol is not None else max(Ad.shape) * np.finfo(op.dtype).eps
+    r = int(np.sum(s > tol * s[0])) if s[0] > 0 else 0
+    if r == 0:
+        raise ValueError("A is zero: it has no singular subspaces")
+    dt = op.dtype
+    return RSVD(jnp.asarray(U[:, :r], dt), jnp.asarray(s[:r], V.real_dtype(dt)),
+                jnp.asarray(Vt[:r], dt))
+
+
+def rsvd_omega(key: Any, A: Any, l: int, *, sketch: str = "gaussian",
+               sketch_options: dict | None = None) -> Float[Array, "n l"]:
+    """The test matrix ``Omega`` (n x l) that ``rdr_jax.rsvd(key, A, ..., l=l)`` sketches with.
+
+    :func:`rdr_jax.rsvd` forms ``X = A Omega`` with ``Omega = Gamma^H`` for the sketch
+    ``Gamma = make_sketch(sketch, key, l, n)``; this returns that ``Omega`` (needed by the
+    oracle bound :func:`saibaba_bound`). ``tests/test_angles.py`` checks that
+    ``range(A Omega) = range(rsvd(...).U)`` for q = 0.
+    """
+    key = V.check_key(key)
+    op = as_operator(A)
+    n = op.shape[1]
+    l = V.check_int("l", l, low=1, high=n, high_desc="the number of columns of A")
+    opts = _sketch_opts(sketch, sketch_options)
+    S = make_sketch(sketch, key, l, n, dtype=op.dtype, **dict(opts))
+    return S.adjoint_dense(op.dtype)
+
+
+# ======================================================================================
+# 2. Prior space-agnostic bounds (Thm 3.1)
+# ======================================================================================
+def _sa_bound(xp, s, k: int, l: int, power, eps, lower: bool):
+    """Thm 3.1 bound, array namespace ``xp`` (numpy or jax.numpy), log-domain stable.
+
+    ``(1 + c l sigma_i^p / sum_{j>k} sigma_j^p)^(-1/2) = exp(-softplus(x)/2)`` with
+    ``x = log c + log l + p log sigma_i - logsumexp_j(p log sigma_j)``: no overflow for any
+    exponent (e.g. p = 42 for q = 10). ``power`` and ``eps`` may be traced; NaN where vacuous.
+    """
+    r = s.shape[0]
+    eps1 = eps * math.sqrt(k / l)
+    eps2 = eps * math.sqrt(l / (r - k))
+    if lower:  # factor (1 + eps1)/(1 - eps2): vacuous (<= 0 or infinite) when eps2 >= 1
+        vacuous = eps2 >= 1
+        c = (1 + eps1) / xp.where(vacuous, 1.0, 1 - eps2)
+    else:      # factor (1 - eps1)/(1 + eps2): vacuous when eps1 >= 1
+        vacuous = eps1 >= 1
+        c = xp.where(vacuous, 1.0, 1 - eps1) / (1 + eps2)
+    logs = xp.log(s)
+    tail = power * logs[k:]
+    tmax = xp.max(tail)
+    log_tail = tmax + xp.log(xp.sum(xp.exp(tail - tmax)))
+    x = xp.log(c) + math.log(l) + power * logs[:k] - log_tail
+    b = xp.exp(-0.5 * xp.logaddexp(xp.zeros((), s.dtype), x))
+    return xp.where(vacuous, xp.nan, b).astype(s.dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("k", "l", "lower"))
+def _sa_bound_jit(s, power, eps, k, l, lower):
+    return _sa_bound(jnp, s, k, l, power.astype(s.dtype), eps.astype(s.dtype), lower)
+
+
+def space_agnostic_bound(s: Any, k: int, l: int, q: int, *, side: str = "left",
+                         eps: float = 1.0, lower: bool = False) -> Float[Array, " k"]:
+    """Prior space-agnostic bound on ``sin angle_i(U_k, U_hat_l)`` or ``(V_k, V_hat_l)``.
+
+    Thm ``thm:space_agnostic_bounds`` (Eqs. ``eq:space_agnostic_left/right``): for a rank-l
+    rSVD with a Gaussian embedding and q power iterations, with high probability, for i <= k,
+
+        sin angle_i <= (1 + (1 - eps1)/(1 + eps2) * l sigma_i^p / sum_{j=k+1}^r sigma_j^p)^(-1/2)
+
+    with ``p = 4q + 2`` (left, U) or ``p = 4q + 4`` (right, V), ``eps1 = eps sqrt(k/l)``,
+    ``eps2 = eps sqrt(l/(r - k))`` (the thesis' experiments use eps = 1; the theorem holds
+    with eps = Theta(1)). ``lower=True`` gives the asymptotic lower bound
+    (``eq:space_agnostic_lower_left/right``) with the factor ``(1 + eps1)/(1 - eps2)``; the
+    thesis' appendix (``subapx:sup_exp_upper_lower_space_agnostic``) evaluates it with
+    ``eps = 2`` and ``l >= 4k``. O(r) time.
+
+    **Vacuous bounds are NaN**, never clamped: the upper bound when ``eps1 >= 1`` (its factor
+    ``1 - eps1 <= 0``), the lower bound when ``eps2 >= 1``.
+
+    Args:
+      s: spectrum ``sigma_1 >= ... >= sigma_r > 0`` (true, or :func:`padded_spectrum` of an
+        rSVD's values), length r.
+      k: target rank (static), ``1 <= k < l``.
+      l: sketch size (static), ``l < r``.
+      q: number of power iterations (Python int), ``q >= 0``.
+      side: ``"left"`` (``U_k`` vs ``U_hat_l``) or ``"right"`` (``V_k`` vs ``V_hat_l``).
+      eps: distortion constant (float > 0; traced, so changing it does not recompile).
+      lower: return the lower bound instead of the upper bound.
+
+    Returns:
+      (k,) bounds for i = 1..k, ascending like the sines (non-decreasing in i).
+
+    Raises:
+      ValueError: s not 1-D/finite/positive/non-increasing, ``k >= l``, ``l >= r``, ``q < 0``,
+        bad side or eps. TypeError: non-int k, l, q.
+
+    Example:
+      >>> s = matrices.polynomial_decay(500)
+      >>> space_agnostic_bound(s, 50, 200, 1, side="right").shape
+      (50,)
+    """
+    side = _check_side(side)
+    s = _check_spectrum(s)
+    r = s.shape[0]
+    k = V.check_int("k", k, low=1)
+    l = V.check_int("l", l, low=1)
+    if not k < l:
+        raise ValueError(f"the bound needs k < l (oversampling); got k = {k}, l = {l}")
+    if not l < r:
+        raise ValueError(f"the bound needs l < r = len(s) = {r}; got l = {l}")
+    q = V.check_int("q", q, low=0)
+    eps = _check_positive_float("eps", eps)
+    power = 4 * q + (2 if side == "left" else 4)
+    return _sa_bound_jit(s, jnp.asarray(power, s.dtype), jnp.asarray(eps, s.dtype), k, l,
+                         bool(lower))
+
+
+def padded_spectrum(s_hat: Any, r: int) -> Float[Array, " r"]:
+    """Approximate spectrum ``diag(s_hat_1, ..., s_hat_l, s_hat_l, ..., s_hat_l)`` of length r.
+
+    Sec. ``subsec:experiment_canonical_angle``: when the true spectrum is unknown, every
+    bound/estimate is evaluated with the l computed singular values padded with ``r - l``
+    copies of the last one.
+
+    Args:
+      s_hat: (l,) computed singular values (descending, positive).
+      r: target length (static), ``r >= l`` (the rank of A, or min(m, n)).
+    """
+    s_hat = _check_spectrum(s_hat, name="s_hat")
+    l = s_hat.shape[0]
+    r = V.check_int("r", r, low=l)
+    return jnp.concatenate([s_hat, jnp.full((r - l,), s_hat[-1], s_hat.dtype)])
+
+
+# ======================================================================================
+# 3. Unbiased Monte-Carlo estimates (Prop 3.2 / Algorithm)
+# ======================================================================================
+# The Cholesky fast path is used only when its a-posteriori accuracy estimate
+# eps sqrt(l) (max diag L / min diag L)^2 stays below this (see _estimate_jit).
+_CHOL_TOL = 1e-8
+
+
+@functools.partial(jax.jit, static_argnames=("k", "l", "num_trials", "sketch", "sketch_options",
+                                             "method"))
+def _estimate_jit(key, s, power, k, l, num_trials, sketch, sketch_options, method):
+    r = s.shape[0]
+    dt = s.dtype
+    # scale invariance: W1 W2^+ is unchanged by a common factor, so normalise by sigma_{k+1}
+    # (tail weights <= 1, head weights >= 1) before raising to the power.
+    d = jnp.exp(power * (jnp.log(s) - jnp.log(s[k])))
+    opts = dict(sketch_options)
+
+    def draw(kk):
+        # Gamma (l x r) = Omega^T; drawn in float32 (Monte-Carlo inputs need no more than 24
+        # bits), the linear algebra runs in the spectrum's dtype.
+        G = make_sketch(sketch, kk, l, r, dtype=jnp.float32, **opts).todense()
+        return G.astype(dt) * d[None, :]                      # [W1^T, W2^T]
+
+    def finish(Wt, L):
+        # L lower triangular with L L^T = W2^T W2: nu = sv(W1 W2^+) = sv(W1 L^-T)
+        Mt = solve_triangular(L, Wt[:, :k], lower=True)      # L^-1 W1^T  (l x k)
+        nu = jnp.linalg.svd(Mt, compute_uv=False)              # descending
+        return 1.0 / jnp.hypot(jnp.ones((), dt), nu)           # ascending sines
+
+    def qr_trial(kk, dep=None):
+        Wt = draw(kk) if dep is None else _after(dep, draw(kk))
+        R = jnp.linalg.qr(Wt[:, k:].T, mode="r")              # W2 = Q R, R (l x l)
+        return finish(Wt, R.conj().T)
+
+    def chol_trial(kk):
+        Wt = draw(kk)
+        W2t = Wt[:, k:]
+        L = jnp.linalg.cholesky(jnp.matmul(W2t, W2t.T, precision=HIGHEST))
+        dg = jnp.abs(jnp.diagonal(L))
+        est = jnp.finfo(dt).eps * math.sqrt(l) * (jnp.max(dg) / jnp.min(dg)) ** 2
+        bad = ~jnp.all(jnp.isfinite(L)) | ~(est <= _CHOL_TOL)
+        return finish(Wt, L), bad
+
+    keys = jax.random.split(key, num_trials)
+    if method == "qr":
+        trials = jax.vmap(qr_trial)(keys)
+    else:
+        fast, bad = jax.vmap(chol_trial)(keys)
+        if method == "cholesky":
+            trials = jnp.where(bad[:, None], jnp.nan, fast)
+        else:  # auto: redo the whole batch with QR if any trial was ill-conditioned
+            # (under an outer vmap the cond runs both branches: QR strictly after Cholesky)
+            trials = jax.lax.cond(jnp.any(bad),
+                                  lambda: jax.vmap(qr_trial)(keys, fast),
+                                  lambda: fast)
+    return Estimate(jnp.mean(trials, axis=0), jnp.min(trials, axis=0),
+                    jnp.max(trials, axis=0), trials)
+
+
+def unbiased_estimate(key: Any, s: Any, k: int, l: int, q: int, *, side: str = "left",
+                      num_trials: int = 3, sketch: str = "gaussian",
+                      sketch_options: dict | None = None, method: str = "auto") -> Estimate:
+    """Unbiased Monte-Carlo estimate of ``E[sin angle_i(U_k, U_hat_l)]`` (or V), i <= k.
+
+    Prop. ``prop:space_agnostic_estimation`` / Algorithm
+    ``algo:unbiased_canonical_angle_estimators``: for a Gaussian embedding, ``V^H Omega`` is
+    again Gaussian, so the sines of a rank-l rSVD with q power iterations have exactly the
+    distribution of (one trial, ``Omega ~ N(0, 1/l)^{r x l}``)
+
+        W1 = Sigma_k^p Omega(1:k, :),  W2 = Sigma_{r\\k}^p Omega(k+1:r, :),
+        nu = sv(W1 W2^+) (descending),  sin theta_i = 1 / sqrt(1 + nu_i^2)  (ascending),
+
+    with ``p = 2q + 1`` (left) or ``2q + 2`` (right). The N trials are a ``vmap`` over split
+    keys inside one jit-compiled function, O(N r l^2).
+
+    Implementation (exact reformulation of the algorithm's ``svd(W2)``): ``W1 W2^+`` has the
+    singular values of ``W1 R^-1`` for any R with ``R^H R = W2^H W2``. ``method="qr"`` takes R
+    from a QR of W2 (robust for any conditioning); ``"cholesky"`` from a Cholesky of the Gram
+    matrix (about 2x faster, loses accuracy as ``cond(W2)^2``; trials whose Cholesky fails are
+    NaN); ``"auto"`` (default) uses the Cholesky path in float64 when ``l <= (r - k)/2``
+    and every trial passes the check ``eps sqrt(l) (max_i L_ii / min_i L_ii)^2 <= 1e-8``,
+    and otherwise recomputes all trials with QR (so the result is always QR-accurate).
+    Samples are drawn in float32 and promoted (a Monte-Carlo input needs no more than 24
+    bits); the spectrum is normalised by ``sigma_{k+1}`` before the power is taken. If
+    ``(sigma_1/sigma_{k+1})^p`` overflows the dtype (float32 with large q) the result is
+    NaN/0: use float64.
+
+    Args:
+      key: ``jax.random.key``.
+      s: spectrum, length r (true, or :func:`padded_spectrum`).
+      k: target rank (static), ``k >= 1``.
+      l: sketch size (static), ``k <= l <= r - k`` (the thesis allows any ``l >= k``;
+        ``l <= r - k`` keeps ``W2`` of full column rank, as the algorithm's ``Sigma_W2^-1``
+        requires).
+      q: power iterations (Python int), ``q >= 0``.
+      side: ``"left"`` or ``"right"``.
+      num_trials: N (static), ``N >= 1``; the thesis uses N = 3.
+      sketch: ``"gaussian"`` (the thesis; the estimate is then unbiased for every A with this
+        spectrum) or ``"srtt"``/``"sparse_sign"``: Omega drawn from that family, i.e. the
+        exact distribution for A whose right singular vectors are the coordinate axes
+        (a model, not an unbiased estimate for general A).
+      sketch_options: options for the sketch; default ``{"generator": "hash"}`` for Gaussian
+        (:func:`rdr_jax.sketching.hash_normal`, 2-3x cheaper than threefry on CPU); pass
+        ``{"generator": "threefry"}`` for ``jax.random.normal``.
+      method: ``"auto"``, ``"qr"`` or ``"cholesky"`` (static).
+
+    Returns:
+      :class:`Estimate` ``(mean, min, max, trials)``.
+
+    Raises:
+      ValueError: bad spectrum, ``l < k``, ``l > r - k``, ``q < 0``, ``num_trials < 1``, bad
+        side/sketch/method.
+
+    Example:
+      >>> est = unbiased_estimate(jax.random.key(0), matrices.polynomial_decay(500), 50, 200,
+      ...                         1, side="left", num_trials=3)
+      >>> est.mean.shape, est.trials.shape
+      ((50,), (3, 50))
+    """
+    key = V.check_key(key)
+    side = _check_side(side)
+    s = _check_spectrum(s)
+    r = s.shape[0]
+    k = V.check_int("k", k, low=1)
+    if r < 2 * k:
+        raise ValueError(f"len(s) = r = {r} is too short for k = {k}: need r >= 2k so that "
+                         f"k <= l <= r - k is possible")
+    l = V.check_int("l", l, low=k, high=r - k,
+                    high_desc=f"r - k = {r} - {k}, so that W2 has full column rank")
+    q = V.check_int("q", q, low=0)
+    num_trials = V.check_int("num_trials", num_trials, low=1)
+    if method not in ("auto", "qr", "cholesky"):
+        raise ValueError(f"method must be 'auto', 'qr' or 'cholesky'; got {method!r}")
+    if sketch_options is None and sketch == "gaussian":
+        sketch_options = {"generator": "hash"}
+    opts = _sketch_opts(sketch, sketch_options)
+    if method == "auto" and not (s.dtype == jnp.float64 and 2 * l <= r - k):
+        method = "qr"
+    power = jnp.asarray(2 * q + (1 if side == "left" else 2), s.dtype)
+    return _estimate_jit(key, s, power, k, l, num_trials, sketch, opts, method)
+
+
+# ======================================================================================
+# 4. Posterior residual-based bounds (Thm 3.3, Thm 3.4)
+# ======================================================================================
+@_pytree
+class _ProjectedOperator(LinearOperator):
+    """``(I - U U^H) A (I - V V^H)`` (U or V may be None: no projection on that side)."""
+
+    A: LinearOperator
+    U: Any
+    V: Any
+
+    @property
+    def shape(self):
+        return self.A.shape
+
+    @property
+    def dtype(self):
+        return self.A.dtype
+
+    @staticmethod
+    def _proj(Q, X):
+        return X if Q is None else X - _mm(Q, _mm(Q.conj().T, X))
+
+    def matmat(self, X):
+        return self._proj(self.U, self.A.matmat(self._proj(self.V, X)))
+
+    def rmatmat(self, Y):
+        return self._proj(self.V, self.A.rmatmat(self._proj(self.U, Y)))
+
+    @property
+    def H(self):
+        return _ProjectedOperator(self.A.H, self.V, self.U)
+
+    def rows(self, I):  # pragma: no cover - not used by the norm estimators
+        return self.todense()[I]
+
+    def cols(self, J):  # pragma: no cover
+        return self.todense()[:, J]
+
+
+@functools.partial(jax.jit, static_argnames=("k", "exact", "norm_iters"))
+def _residuals_jit(op, U, s_hat, Vt, key, k, exact, norm_iters):
+    Vh = Vt.conj().T
+    rdt = s_hat.dtype
+    AV = op.matmat(Vh)                                        # m x l
+    F = AV - _mm(U, _mm(U.conj().T, AV))                      # (I - U U^H) A V_l = [E31, E32]
+    # the SVDs below are independent; _after chains them (see _after)
+    svF = jnp.linalg.svd(F, compute_uv=False)
+    E3_2, E3_F = svF[0], jnp.sqrt(jnp.sum(svF ** 2))
+    l = Vh.shape[1]
+    E32_2 = (jnp.linalg.svd(_after(svF, F[:, k:]), compute_uv=False)[0] if l > k
+             else jnp.zeros((), rdt))
+    if exact:
+        Ad = op.todense()
+        EU = Ad - _mm(U, _mm(U.conj().T, Ad))
+        EV = Ad - _mm(_mm(Ad, Vh), Vt)
+        E33 = EU - _mm(_mm(EU, Vh), Vt)
+        svU = jnp.linalg.svd(_after(E32_2, EU), compute_uv=False)
+        svV = jnp.linalg.svd(_after(svU, EV), compute_uv=False)
+        kk = min(k, svU.shape[0])
+        pad = jnp.zeros((k - kk,), rdt)
+        left_svals = jnp.concatenate([svU[:kk], pad])
+        right_svals = jnp.concatenate([svV[:kk], pad])
+        left_norm, right_norm = svU[0], svV[0]
+        E33_2 = jnp.linalg.svd(_after(svV, E33), compute_uv=False)[0]
+    else:
+        k1, k2, k3 = jax.random.split(key, 3)
+        left_norm = spectral_norm(k1, _ProjectedOperator(op, U, None), iters=norm_iters)
+        right_norm = spectral_norm(k2, _ProjectedOperator(op, None, Vh), iters=norm_iters)
+        E33_2 = spectral_norm(k3, _ProjectedOperator(op, U, Vh), iters=norm_iters)
+        left_svals = right_svals = jnp.full((k,), jnp.nan, rdt)
+    f = lambda x: jnp.asarray(x).astype(rdt)  # noqa: E731
+    return Residuals(s_hat, f(left_svals), f(right_svals), f(left_norm), f(right_norm),
+                     f(E3_2), f(E3_F), f(E32_2), f(E33_2), jnp.asarray(exact))
+
+
+def posterior_residuals(A: Any, svd: Any, k: int, *, residual: str = "auto",
+                        key: Any = None, norm_iters: int = 50) -> Residuals:
+    """Residual norms/spectra of a rank-l approximation, the inputs of Thms 3.3 and 3.4.
+
+    For ``A ~ U_l S_l V_l^H`` (any projection-based SVD with ``U_l^H A = S_l V_l^H``, e.g.
+    ``rdr_jax.rsvd(key, A, l, l=l, ...)``: note all l triplets) computes
+    ``sigma_1..k((I - U_l U_l^H) A)``, ``sigma_1..k(A (I - V_l V_l^H))``, their norms,
+    ``||[E31, E32]||_{2,F} = ||(I - U_l U_l^H) A V_l||_{2,F}``,
+    ``||E32||_2 = ||(I - U_l U_l^H) A V_{l\\k}||_2`` and
+    ``||E33||_2 = ||(I - U_l U_l^H) A (I - V_l V_l^H)||_2`` (thesis, after
+    ``thm:separate_gap_bounds``). Evaluate bounds from the result with :func:`residual_bound`
+    and :func:`gap_bounds` (cheap; e.g. once with the true and once with the approximate
+    spectrum).
+
+    ``residual="exact"`` forms the m x n residuals densely and takes their SVDs (small
+    problems); ``"estimate"`` never densifies A: the three m x n residual norms are
+    power-method estimates (:func:`rdr_jax.norms.spectral_norm`, ``norm_iters`` iterations on
+    an implicit projected operator; lower estimates, so the bounds built from them are
+    estimates too), the residual spectra are NaN (Thm 3.3 then uses only its second term, as
+    the thesis suggests), and the m x l quantities stay exact. ``"auto"`` is exact when
+    ``m n <= 2^22``.
+
+    Args:
+      A: matrix or operator (m x n).
+      svd: ``(U, s, Vt)`` with U (m x l), s (l,), Vt (l x n).
+      k: target rank (static), ``1 <= k <= l``.
+      residual: ``"auto"``, ``"exact"`` or ``"estimate"``.
+      key: ``jax.random.key``, required when the residuals are estimated.
+      norm_iters: power iterations per norm estimate (static).
+
+    Example:
+      >>> res = posterior_residuals(A, rsvd(key, A, 80, l=80, power_iters=1), 50)
+      >>> residual_bound(res, s, side="right").bound.shape
+      (50,)
+    """
+    op = as_operator(A)
+    U, s_hat, Vt = _svd_parts("svd", svd)
+    m, n = op.shape
+    l = U.shape[1]
+    if U.shape[0] != m or Vt.shape[1] != n:
+        raise ValueError(f"svd factors U {U.shape}, Vt {Vt.shape} do not match A of shape {(m, n)}")
+    k = V.check_int("k", k, low=1, high=l, high_desc=f"l = {l}, the rank of the approximation")
+    if residual not in ("auto", "exact", "estimate"):
+        raise ValueError(f"residual must be 'auto', 'exact' or 'estimate'; got {residual!r}")
+    exact = (m * n <= _EXACT_RESIDUAL_MAX_ENTRIES) if residual == "auto" else residual == "exact"
+    norm_iters = V.check_int("norm_iters", norm_iters, low=1)
+    if exact:
+        key = jax.random.key(0)  # unused
+    elif key is None:
+        raise ValueError("key is required when the residual norms are estimated "
+                         "(residual='estimate', or 'auto' with m n > 2^22)")
+    else:
+        key = V.check_key(key)
+    s_hat = _check_spectrum(s_hat, name="svd.s", allow_zero=True)
+    dt = jnp.result_type(op.dtype, U.dtype, Vt.dtype)
+    return _residuals_jit(op, U.astype(dt), s_hat.astype(V.real_dtype(dt)), Vt.astype(dt),
+                          key, k, bool(exact), norm_iters)
+
+
+def _check_residuals(res: Any) -> Residuals:
+    if not isinstance(res, Residuals):
+        raise TypeError(f"res must be the Residuals returned by posterior_residuals; got "
+                        f"{type(res).__name__}")
+    return res
+
+
+@functools.partial(jax.jit, static_argnames=("side",))
+def _residual_bound_jit(res, s, side):
+    k = res.left_svals.shape[0]
+    svals = res.left_svals if side == "left" else res.right_svals
+    nrm = res.left_norm if side == "left" else res.right_norm
+    sig = s[:k]
+    term1 = svals[::-1] / sig[k - 1]        # sigma_{k-i+1}(E) / sigma_k
+    term2 = nrm / sig                        # ||E||_2 / sigma_i
+    return ResidualBound(jnp.fmin(term1, term2), term1, term2)
+
+
+def residual_bound(res: Residuals, s: Any, *, side: str = "left") -> ResidualBound:
+    """Posterior residual-based bound, Thm ``thm:with_oversmp_computable_det``.
+
+    For orthonormal ``U_l``, ``V_l`` with ranges in the column/row space of A and i <= k
+    (ascending i):
+
+        sin angle_i(U_k, U_hat_l) <= min{ sigma_{k-i+1}(E_U) / sigma_k,  ||E_U||_2 / sigma_i },
+        sin angle_i(V_k, V_hat_l) <= min{ sigma_{k-i+1}(E_V) / sigma_k,  ||E_V||_2 / sigma_i },
+
+    ``E_U = (I - U_l U_l^H) A``, ``E_V = A (I - V_l V_l^H)``. Deterministic; with the
+    approximate spectrum (:func:`padded_spectrum`) it is an estimate of the bound. When the
+    residual spectra were only estimated the first term is NaN and ``bound`` is the second.
+
+    Args:
+      res: :func:`posterior_residuals` output.
+      s: spectrum (at least k values; ``sigma_1..sigma_k`` are used).
+      side: ``"left"`` or ``"right"``.
+    """
+    res = _check_residuals(res)
+    side = _check_side(side)
+    k = res.left_svals.shape[0]
+    s = _check_spectrum(s, min_len=k, len_desc=f"sigma_1..sigma_k, k = {k}")
+    return _residual_bound_jit(res, s.astype(res.s_hat.dtype), side)
+
+
+@jax.jit
+def _gap_bounds_jit(res, s):
+    k = res.left_svals.shape[0]
+    sk = s[k - 1]
+    sh = res.s_hat[k]
+    e33, e32, X2, XF = res.E33_2, res.E32_2, res.E3_2, res.E3_F
+    valid_Gamma = sk > e33
+    valid_gamma = sk > sh
+    gnum = sk ** 2 - sh ** 2
+    gamma1, gamma2 = gnum / sk, gnum / sh
+    Gnum = sk ** 2 - e33 ** 2
+    Gamma1, Gamma2 = Gnum / sk, Gnum / e33
+    # i-th smallest sine <-> i-th largest singular value in the proof: factor sigma_k / sigma_i
+    ratio = sk / s[:k]
+    nan = jnp.asarray(jnp.nan, s.dtype)
+
+    def gb(aw, sp, fr, ok):
+        return GapBound(jnp.where(ok, aw, nan), jnp.where(ok, sp, nan), jnp.where(ok, fr, nan))
+
+    both = valid_Gamma & valid_gamma
+    Uk_Ul = gb(ratio * X2 / Gamma1, X2 / Gamma1, XF / Gamma1, valid_Gamma)
+    Vk_Vl = gb(ratio * X2 / Gamma2, X2 / Gamma2, XF / Gamma2, valid_Gamma)
+    fU = jnp.sqrt(1 + (e32 / gamma2) ** 2)
+    Uk_Uk = gb(X2 / Gamma1 * jnp.sqrt(1 + (ratio * e32 / gamma2) ** 2), X2 / Gamma1 * fU,
+               XF / Gamma1 * fU, both)
+    fV = jnp.sqrt((e32 / gamma1) ** 2 + (e33 / sk) ** 2)
+    Vk_Vk = gb(X2 / Gamma1 * jnp.sqrt((ratio * e32 / gamma1) ** 2 + (e33 / sk) ** 2),
+               X2 / Gamma1 * fV, XF / Gamma1 * fV, both)
+    return SeparateGapBounds(Uk_Ul, Vk_Vl, Uk_Uk, Vk_Vk, gamma1, gamma2, Gamma1, Gamma2,
+                             valid_Gamma, valid_gamma, both)
+
+
+def gap_bounds(res: Residuals, s: Any) -> SeparateGapBounds:
+    """All forms of Thm ``thm:separate_gap_bounds`` (after Nakatsukasa 2020, Thm 6.1).
+
+    With ``sigma_k`` from ``s``, ``s_hat_{k+1}`` from the approximation and the residual
+    blocks of :class:`Residuals`, assuming ``sigma_k > s_hat_{k+1}`` and
+    ``sigma_k > ||E33||_2``, the gaps are
+    ``gamma1 = (sigma_k^2 - s_hat_{k+1}^2)/sigma_k``, ``gamma2 = (...)/s_hat_{k+1}``,
+    ``Gamma1 = (sigma_k^2 - ||E33||^2)/sigma_k``, ``Gamma2 = (...)/||E33||``, and for
+    ``xi in {2, F}`` (norms of the vector of sines)
+
+    * ``Uk_Ul``: ``||sin angle(U_k, U_l)||_xi <= ||[E31,E32]||_xi / Gamma1``
+      (``eq:separate_gap_Uk_Ul``),
+    * ``Vk_Vl``: ``... <= ||[E31,E32]||_xi / Gamma2`` (``eq:separate_gap_Vk_Vl``),
+    * ``Uk_Uk``: ``... <= ||[E31,E32]||_xi / Gamma1 sqrt(1 + ||E32||^2/gamma2^2)``,
+    * ``Vk_Vk``: ``... <= ||[E31,E32]||_xi / Gamma1
+      sqrt(||E32||^2/gamma1^2 + ||E33||^2/sigma_k^2)``
+
+    and the angle-wise forms (``eq:separate_gap_*_anglewise``), which this function returns
+    for the **i-th smallest** sine (ascending, like every array in this module) as
+
+    * ``Uk_Ul``: ``(sigma_k/sigma_i) ||[E31,E32]||_2 / Gamma1``, ``Vk_Vl``: ``... / Gamma2``,
+    * ``Uk_Uk``: ``||[E31,E32]||_2/Gamma1 sqrt(1 + (sigma_k/sigma_i ||E32||_2/gamma2)^2)``,
+    * ``Vk_Vk``: ``||[E31,E32]||_2/Gamma1
+      sqrt((sigma_k/sigma_i ||E32||_2/gamma1)^2 + (||E33||_2/sigma_k)^2)``.
+
+    (The thesis prints the factor as ``sigma_k/sigma_{k-i+1}``; its proof bounds the i-th
+    *largest* singular value ``sigma_i(U~31) <= ||U~31 Sigma_k|| / sigma_{k-i+1}``, which in
+    ascending order is the factor ``sigma_k/sigma_i`` used here. Read literally with ascending
+    angles the printed factor would bound the largest angle by ``sigma_k/sigma_1`` times the
+    norm bound, which is not implied by the proof.)
+
+    Forms whose conditions fail are NaN and the flags say which condition failed; a valid
+    bound above 1 is returned as is (trivially true), never clamped.
+
+    Args:
+      res: :func:`posterior_residuals` output (needs ``l > k``: ``s_hat_{k+1}``).
+      s: spectrum (at least k values).
+    """
+    res = _check_residuals(res)
+    k = res.left_svals.shape[0]
+    if res.s_hat.shape[0] <= k:
+        raise ValueError(f"Thm 3.4 needs s_hat_(k+1): the approximation has rank l = "
+                         f"{res.s_hat.shape[0]} <= k = {k}; use l > k")
+    s = _check_spectrum(s, min_len=k, len_desc=f"sigma_1..sigma_k, k = {k}")
+    return _gap_bounds_jit(res, s.astype(res.s_hat.dtype))
+
+
+# ======================================================================================
+# 5. Saibaba (2018) Thm 1 with the oracle V
+# ======================================================================================
+@functools.partial(jax.jit, static_argnames=("k",))
+def _saibaba_jit(s, Vr, Omega, power, k):
+    X = _mm(Vr.conj().T, Omega)                       # V^H Omega (r x l)
+    O1, O2 = X[:k], X[k:]
+    P, S, Zh = jnp.linalg.svd(O1, full_matrices=False)  # O1^+ = Z diag(1/S) P^H
+    rho = jnp.linalg.svd(_mm(O2, Zh.conj().T) / S[None, :], compute_uv=False)[0]
+    x = power * (jnp.log(s[:k]) - jnp.log(s[k])) - 2 * jnp.log(rho).astype(s.dtype)
+    return jnp.exp(-0.5 * jnp.logaddexp(jnp.zeros((), s.dtype), x))
+
+
+def saibaba_bound(s: Any, k: int, q: int, V_: Any, Omega: Any, *,
+                  side: str = "left") -> Float[Array, " k"]:
+    """Saibaba (2018) Thm 1 with the oracle right singular vectors.
+
+    Thesis ``remark:prior_bound_compare_exist``.
+
+    With ``Omega_1 = V_k^H Omega``, ``Omega_2 = V_{r\\k}^H Omega`` (Omega the rSVD's own test
+    matrix, :func:`rsvd_omega`),
+
+        sin angle_i(U_k, U_hat_l)
+            <= (1 + sigma_i^{4q+2} / (sigma_{k+1}^{4q+2} ||Omega_2 Omega_1^+||_2^2))^(-1/2)
+
+    (``eq:saibaba2018_thm1_left``; right side ``4q+4``, ``eq:saibaba2018_thm1_right``). Uses
+    ``sigma_{k+1}`` as in the paper (the authors' experiment code used ``sigma_{k+2}`` by an
+    off-by-one). Evaluated in the log domain (no overflow for large q).
+
+    Args:
+      s: spectrum (length r, true or padded approximate).
+      k: target rank (static), ``1 <= k < r``.
+      q: power iterations (Python int), ``q >= 0``.
+      V_: (n, r) true right singular vectors (all r of them, matching ``s``).
+      Omega: (n, l) test matrix, ``l >= k`` (``Omega_1`` must have full row rank).
+      side: ``"left"`` or ``"right"``.
+    """
+    side = _check_side(side)
+    s = _check_spectrum(s)
+    r = s.shape[0]
+    k = V.check_int("k", k, low=1, high=r - 1, high_desc=f"r - 1, r = len(s) = {r}")
+    q = V.check_int("q", q, low=0)
+    V_ = _check_matrix("V", V_)
+    Omega = _check_matrix("Omega", Omega)
+    if V_.shape[1] != r:
+        raise ValueError(f"V must hold the r = len(s) = {r} right singular vectors as columns; "
+                         f"got shape {V_.shape}")
+    if Omega.shape[0] != V_.shape[0]:
+        raise ValueError(f"Omega must have n = {V_.shape[0]} rows (like V); got {Omega.shape}")
+    if Omega.shape[1] < k:
+        raise ValueError(f"Omega must have l >= k = {k} columns; got {Omega.shape[1]}")
+    dt = jnp.result_type(V_.dtype, Omega.dtype)
+    rdt = V.real_dtype(dt)
+    power = jnp.asarray(4 * q + (2 if side == "left" else 4), rdt)
+    return _saibaba_jit(s.astype(rdt), V_.astype(dt), Omega.astype(dt), power, k)
+
+
+# ======================================================================================
+# 7. Budget planner (Sec. subsec:balance_oversampling_power_iterations_example)
+# ======================================================================================
+def _planner_spectrum(k: int, spectrum: Any, gap: Any, r: Any) -> np.ndarray:
+    if (spectrum is None) == (gap is None):
+        raise ValueError("give exactly one of spectrum (the singular values) or gap "
+                         "(sigma_1/sigma_{k+1} of a step spectrum, with r)")
+    if spectrum is not None:
+        s = np.asarray(spectrum, np.float64)  # host-side, float64 regardless of jax_enable_x64
+        if s.ndim != 1:
+            raise ValueError(f"spectrum must be 1-D; got shape {s.shape}")
+        _spectrum_values("spectrum", s, False)
+        if r is not None and int(r) != s.shape[0]:
+            raise ValueError(f"r = {r} does not match len(spectrum) = {s.shape[0]}")
+    else:
+        g = _check_positive_float("gap", gap)
+        if g < 1:
+            raise ValueError(f"gap = sigma_1/sigma_(k+1) must be >= 1; got {gap}")
+        if r is None:
+            raise ValueError("r (the size/rank of A) is required with gap")
+        r = V.check_int("r", r, low=k + 2)
+        s = np.where(np.arange(1, r + 1) <= k, 1.0, 1.0 / g)
+    if s.shape[0] < k + 2:
+        raise ValueError(f"the spectrum needs at least k + 2 = {k + 2} values; got {s.shape[0]}")
+    return s
+
+
+def _plan_table(k, num_matvecs, s, gamma, side, reduce):
+    r = s.shape[0]
+    qs, ls, phis, bounds = [], [], [], []
+    q = 0
+    while True:
+        l = num_matvecs // (2 * q + 1)
+        if l <= k or (2 * q + 1) * gamma ** 2 * k > num_matvecs:
+            break
+        if l >= gamma ** 2 * k and l < r:
+            power = 4 * q + (2 if side == "left" else 4)
+            b = _sa_bound(np, s, k, l, float(power), gamma, False)
+            qs.append(q)
+            ls.append(l)
+            bounds.append(b)
+            phis.append(float(np.mean(b) if reduce == "mean" else np.max(b)))
+        q += 1
+    return (np.array(qs, int), np.array(ls, int), np.array(phis),
+            np.array(bounds).reshape(len(qs), k))
+
+
+def _check_planner_args(k, num_matvecs, gamma, side, reduce):
+    k = V.check_int("k", k, low=1)
+    num_matvecs = V.check_int("num_matvecs", num_matvecs, low=1)
+    gamma = _check_positive_float("gamma", gamma)
+    _check_side(side)
+    if reduce not in ("mean", "max"):
+        raise ValueError(f"reduce must be 'mean' or 'max'; got {reduce!r}")
+    return k, num_matvecs, gamma
+
+
+def phi_gamma(q: int, k: int, num_matvecs: int, *, spectrum: Any = None, gap: Any = None,
+              r: int | None = None, gamma: float = 1.0, side: str = "left",
+              reduce: str = "mean") -> float:
+    """The budget criterion ``phi_gamma(q)`` (Eq. ``eq:space_agnostic_example_rhs``).
+
+    The Thm 3.1 upper bound for ``l = floor(N / (2q + 1))`` (a budget of
+    ``N = num_matvecs = alpha k`` products with A) with ``eps1 = gamma sqrt(k/l)``,
+    ``eps2 = gamma sqrt(l/(r - k))``. For the thesis' step spectrum (``gap`` and ``r``) it is
+
+        phi_gamma(q) = (1 + (1 - eps1)/(1 + eps2) l/(r - k) gap^{4q+2})^(-1/2)
+
+    (the same for every i <= k); for a general ``spectrum`` the k bounds are reduced by
+    ``reduce`` (``"mean"`` or ``"max"``). Returns NaN for inadmissible q (see
+    :func:`plan_budget`). Host-side numpy, float64.
+    """
+    k, num_matvecs, gamma = _check_planner_args(k, num_matvecs, gamma, side, reduce)
+    q = V.check_int("q", q, low=0)
+    s = _planner_spectrum(k, spectrum, gap, r)
+    qs, _, phis, _ = _plan_table(k, num_matvecs, s, gamma, side, reduce)
+    hit = np.nonzero(qs == q)[0]
+    return float(phis[hit[0]]) if hit.size else float("nan")
+
+
+def plan_budget(k: int, num_matvecs: int, *, spectrum: Any = None, gap: Any = None,
+                r: int | None = None, gamma: float = 1.0, side: str = "left",
+                reduce: str = "mean") -> BudgetPlan:
+    """Recommend ``(l, q)`` for a budget of ``N`` matrix-vector products (thesis Example in
+    ``subsec:balance_oversampling_power_iterations_example``).
+
+    Admissible configurations: ``l = floor(N / (2q + 1))`` with ``(2q + 1) <= N/(gamma^2 k)``,
+    ``l >= gamma^2 k`` and ``k < l < r`` (Table ``tab:space_agnostic_example_parameter_summary``);
+    the recommendation minimises :func:`phi_gamma` (smallest q on ties). With a small gap
+    (e.g. 1.01) oversampling wins (q = 0); with a large gap (e.g. 1.5) power iterations win
+    (the largest admissible q).
+
+    Args:
+      k: target rank.
+      num_matvecs: budget N (e.g. ``alpha * k``).
+      spectrum: singular values (length r), or
+      gap: ``sigma_1/sigma_{k+1}`` of the step spectrum, with ``r`` (``r = (1 + beta) k``).
+      gamma: oversampling constant (``eps1 = gamma sqrt(k/l)``, ``eps2 = gamma sqrt(l/(r-k))``).
+      side: ``"left"`` (exponent 4q+2) or ``"right"`` (4q+4).
+      reduce: how the k bounds of a general spectrum are summarised.
+
+    Returns:
+      :class:`BudgetPlan` ``(q, l, qs, ls, phi, bounds)``.
+
+    Raises:
+      ValueError: no admissible configuration (``N < gamma^2 k`` or ``l >= r`` for every q),
+        bad spectrum/gap.
+
+    Example:
+      >>> plan_budget(10, 16 * 10, gap=1.5, r=330, gamma=1.05).q
+      6
+    """
+    k, num_matvecs, gamma = _check_planner_args(k, num_matvecs, gamma, side, reduce)
+    s = _planner_spectrum(k, spectrum, gap, r)
+    qs, ls, phis, bounds = _plan_table(k, num_matvecs, s, gamma, side, reduce)
+    if qs.size == 0:
+        raise ValueError(f"no admissible (l, q) for num_matvecs = {num_matvecs}, k = {k}, "
+                         f"gamma = {gamma}, r = {s.shape[0]}: need k < l = floor(N/(2q+1)) < r "
+                         f"and l >= gamma^2 k")
+    if np.all(np.isnan(phis)):  # only l = gamma^2 k admissible: eps1 = 1, the bound is vacuous
+        raise ValueError(f"every admissible (l, q) has a vacuous bound (eps1 = gamma sqrt(k/l) "
+                         f">= 1) for num_matvecs = {num_matvecs}, k = {k}, gamma = {gamma}")
+    i = int(np.nanargmin(phis))
+    return BudgetPlan(int(qs[i]), int(ls[i]), qs, ls, phis, bounds)
+
+
+# ======================================================================================
+# Everything for one rSVD run (the chapter's experiments)
+# ======================================================================================
+def angle_report(key: Any, A: Any, k: int, l: int, q: int, *, true_svd: Any = None,
+                 num_trials: int = 3, eps: float = 1.0, lower_eps: float = 2.0,
+                 sketch: str = "gaussian", sketch_options: dict | None = None,
+                 stable: bool = True, residual: str = "auto",
+                 estimate_options: dict | None = None) -> AngleReport:
+    """Run a rank-l rSVD of A with q power iterations and compute every Chapter 3 quantity.
+
+    For both sides (U: ``angle(U_k, U_hat_l)``, V: ``angle(V_k, V_hat_l)``) and both the true
+    spectrum ``sigma`` and the approximate one ``sigma_hat`` (:func:`padded_spectrum` of the
+    rSVD's l values; the thesis' lines and dashes): the Thm 3.1 upper bound (``eps``) and
+    lower bound (``lower_eps``, the appendix's 2), the Prop 3.2 estimate (``num_trials``
+    trials), the Thm 3.3 bound, the angle-wise Thm 3.4 bound (full Thm 3.4 in ``.gap``) and
+    Saibaba's Thm 1 with the oracle V and the rSVD's own Omega; plus the true sines.
+
+    Keys: ``key`` is split into (rSVD, estimate with sigma, estimate with sigma_hat, norm
+    estimates); both sides of one estimate share their draws, as both sides of one rSVD share
+    Omega.
+
+    Args:
+      key: ``jax.random.key``.
+      A: matrix or operator (m x n); densified for the true SVD unless ``true_svd`` is given.
+      k, l, q: target rank, sketch size, power iterations (static), ``1 <= k < l < r`` and
+        ``l <= r - k`` (the estimator's condition).
+      true_svd: ``(U, s, Vt)`` of A truncated to its rank r (default :func:`exact_svd`).
+      num_trials: estimator trials N (thesis: 3).
+      eps, lower_eps: distortion constants of the Thm 3.1 upper and lower bounds.
+      sketch, sketch_options, stable: passed to :func:`rdr_jax.rsvd`.
+      residual: ``"auto"``/``"exact"``/``"estimate"``, see :func:`posterior_residuals`.
+      estimate_options: extra keyword arguments for :func:`unbiased_estimate` (e.g.
+        ``{"method": "qr"}``).
+
+    Returns:
+      :class:`AngleReport`.
+
+    Example:
+      >>> A = matrices.with_spectrum(jax.random.key(0), 500, 500,
+      ...                            matrices.exponential_decay(500))
+      >>> rep = angle_report(jax.random.key(1), A, 50, 200, 0)
+      >>> bool(jnp.all(rep.sigma.left.residual.bound >= rep.true.Uk_Ul))
+      True
+    """
+    key = V.check_key(key)
+    op = as_operator(A)
+    m, n = op.shape
+    k = V.check_int("k", k, low=1)
+    l = V.check_int("l", l, low=k + 1, high=min(m, n), high_desc=f"min(m, n) for A {(m, n)}")
+    q = V.check_int("q", q, low=0)
+    tsvd = exact_svd(op) if true_svd is None else true_svd
+    Ut, s_true, Vtt = _svd_parts("true_svd", tsvd)
+    if Ut.shape[0] != m or Vtt.shape[1] != n:
+        raise ValueError(f"true_svd does not match A of shape {(m, n)}")
+    s_true = _check_spectrum(s_true, name="true_svd.s")
+    r = s_true.shape[0]
+    if not l < r:
+        raise ValueError(f"need l < r = rank(A) = {r}; got l = {l}")
+    if l > r - k:
+        raise ValueError(f"need l <= r - k = {r - k} (r = rank(A) = {r}) for the estimator")
+    k_svd, k_est, k_est_hat, k_norm = jax.random.split(key, 4)
+    svd = rsvd(k_svd, op, l, l=l, power_iters=q, sketch=sketch, stable=stable,
+               sketch_options=sketch_options)
+    rdt = svd.s.dtype
+    s_true = s_true.astype(rdt)
+    s_hat = padded_spectrum(svd.s, r)
+    true = true_angles(RSVD(Ut, s_true, Vtt), svd, k)
+    res = posterior_residuals(op, svd, k, residual=residual, key=k_norm)
+    Omega = rsvd_omega(k_svd, op, l, sketch=sketch, sketch_options=sketch_options)
+    Vr = Vtt.conj().T
+    est_opts = dict(estimate_options or {})
+
+    def spectrum_bounds(s, kest):
+        gb = gap_bounds(res, s)
+        sides = []
+        for side in _SIDES:
+            sides.append(SideBounds(
+                prior_upper=space_agnostic_bound(s, k, l, q, side=side, eps=eps),
+                prior_lower=space_agnostic_bound(s, k, l, q, side=side, eps=lower_eps,
+                                                 lower=True),
+                estimate=unbiased_estimate(kest, s, k, l, q, side=side, num_trials=num_trials,
+                                           **est_opts),
+                residual=residual_bound(res, s, side=side),
+                gap=(gb.Uk_Ul if side == "left" else gb.Vk_Vl).anglewise,
+                saibaba=saibaba_bound(s, k, q, Vr, Omega, side=side),
+            ))
+        return SpectrumBounds(sides[0], sides[1], gb)
+
+    return AngleReport(svd, s_true, s_hat, true, res, spectrum_bounds(s_true, k_est),
+                       spectrum_bounds(s_hat, k_est_hat))
