@@ -3,7 +3,8 @@
 Submodules: ``transform`` (the optax mirror-ascent transform for the per-sample weights beta,
 ``alg:srw_dac``), ``losses`` (cross-entropy, dice, encoder consistency, the WAC objective),
 ``metrics`` (per-volume DSC and HD95), ``data`` (Synapse / ACDC loaders, subsets, the
-synthetic multi-organ phantom, the two-view augmentation).
+synthetic multi-organ phantom, the two-view augmentation), ``plots`` (beta/CE/consistency heatmaps
+and segmentation overlays; imported separately because it loads matplotlib).
 """
 
 from rdr_jax.adawac.augment import (AugmentParams, TwoViews, augment, batch_two_views,
