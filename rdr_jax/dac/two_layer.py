@@ -1,0 +1,764 @@
+"""DAC vs DA-ERM for two-layer ReLU regression (thesis Sec. ``sec:example_2relu``, App.
+``apx:pf_case_2layer_relu``, Thm ``thm:case_2layer_relu_risk``).
+
+Setting (thesis notation, ``x`` a row of ``X``):
+
+* **data** -- ``y = (x^T B*)_+ w* + eps`` with ``x ~ N(0, I_d)`` (Assumption
+  ``ass:observable_marginal_distribution`` with ``Sigma_x = I``), ``eps ~ N(0, sigma^2)``,
+  ``B* = [b*_1 ... b*_q]`` with unit columns (``b*_k in S^{d-1}``). Here the columns of ``B*``
+  live in the first ``d_causal`` coordinates (the "causal" features); the remaining
+  ``d - d_causal`` coordinates are "environment" features that carry no label information;
+* **augmentations** -- ``alpha`` augmentations per sample,
+  ``x_{i,j} = x_i + aug_scale * [0; z_{i,j}]``, ``z_{i,j} ~ N(0, I_{d_aug})`` on the *last*
+  ``d_aug <= d - d_causal`` coordinates (the label-invariant analogue of the thesis'
+  color-jitter example ``example:misspec``). ``Delta = A(X) - M X`` (``alpha N x d``) then has an
+  absolutely continuous distribution on those coordinates and ``rank(Delta) = d_aug`` a.s.
+  once ``alpha N >= d_aug`` (Def. ``def:daug``); ``X_aug`` stacks the ``alpha`` augmented copies
+  as ``(alpha, N, d)`` (``X_aug[j, i] = x_{i, j+1}``);
+* **model / class** -- ``h(x) = (x^T B)_+ w`` with ``B in R^{d x q}`` having unit columns and
+  ``||w||_1 <= C_w`` (the thesis' ``H``); both constraints are enforced by projection after
+  every optimizer step (``C_w = None`` drops the l1 constraint);
+* **DA-ERM** (Eq. ``eq:plain_erm``) -- ``min_h 1/(2(1+alpha)N) sum_{i, j=0..alpha}
+  (h(x_{i,j}) - y_i)^2`` (``x_{i,0} = x_i``): the augmented samples are extra labeled data;
+* **DAC, hard** (Eq. ``eq:dac_hard``, the thesis' analysed estimator) -- ``min_h 1/(2N)
+  sum_i (h(x_i) - y_i)^2`` s.t. ``(x_{i,j}^T B)_+ = (x_i^T B)_+`` for all ``i, j``. By Lemma
+  ``lemma:2layer-relu-input-consistency-exclude-spurious`` this holds (w.h.p., ``alpha N >=
+  4 d_aug``) iff every column of ``B`` lies in ``null(Delta)``, i.e. ``B = P_null B``; it is
+  enforced by projecting ``B <- P_null B`` and renormalising the columns after every step (the
+  Euclidean projection onto ``{unit vectors in null(Delta)}``);
+* **DAC, soft** (Eq. ``eq:dac_soft`` with ``rho`` the squared Euclidean distance of the
+  first-layer outputs) -- ``1/(2N) sum_i (h(x_i) - y_i)^2 + lam/(alpha N) sum_{i,j}
+  ||(x_{i,j}^T B)_+ - (x_i^T B)_+||_2^2``; ``lam = 0`` is plain ERM on the ``N`` originals;
+* **excess risk** -- ``L(h) - L(h*) = mean_i (h(x_i) - h*(x_i))^2`` on the training inputs
+  (the thesis' fixed-design risk) or on fresh test inputs (population risk).
+
+The thesis' comparison: DAC gives ``L(h_dac) - L(h*) <~ sigma C_w C_null / sqrt(N)`` with
+``C_null^2 = 1/N sum_i ||P_null x_i||^2 <~ d - d_aug`` (Thm ``thm:case_2layer_relu_risk``, Cor.
+``coro:two_layer_daug_bound``), DA-ERM no better than ``sigma C_w max(sqrt(d / ((alpha+1)N)),
+sqrt((d - d_aug)/N))``: DAC wins, by more for large ``d_aug`` and small ``alpha``.
+
+Parameters are a :class:`TwoLayerParams` NamedTuple (a pytree, not a Flax module) so that the
+whole fit is one pure function of ``(key, X, y, X_aug)``: ``jax.vmap`` over keys trains many
+seeds at once and ``jax.jit`` compiles it once per shape.
+
+Example::
+
+    data = make_data(jax.random.key(0), n=100, d=30, q=2, d_causal=5, alpha=2, d_aug=20,
+                     sigma=0.5, n_test=1000)
+    erm = fit_da_erm(jax.random.key(1), data.X, data.y, data.X_aug, width=8, c_w=2.0)
+    dac = fit_dac(jax.random.key(1), data.X, data.y, data.X_aug, width=8, c_w=2.0)
+    excess_risk(dac.params, data.X_test, data.f_test)   # < the same for erm.params
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jaxtyping import Array, Float
+
+from rdr_jax import _validation as V
+
+__all__ = [
+    "TwoLayerParams", "TwoLayerData", "AugmentationSubspace", "FitResult",
+    "make_teacher", "augment", "make_data",
+    "init_params", "predict", "first_layer",
+    "da_erm_loss", "consistency_penalty", "dac_loss",
+    "augmentation_subspace", "project_l1_ball", "project_params",
+    "make_train_step", "fit_da_erm", "fit_dac", "excess_risk", "c_null",
+]
+
+HIGHEST = jax.lax.Precision.HIGHEST
+METHODS = ("da_erm", "dac")
+
+
+# ======================================================================================
+# containers
+# ======================================================================================
+class TwoLayerParams(NamedTuple):
+    """Parameters of ``h(x) = (x^T B)_+ w``.
+
+    Attributes:
+      B: ``(d, width)`` first layer, one hidden unit per column (unit columns in the class).
+      w: ``(width,)`` output weights.
+    """
+
+    B: Float[Array, "d q"]
+    w: Float[Array, " q"]
+
+
+class TwoLayerData(NamedTuple):
+    """One draw of the thesis' two-layer ReLU regression problem (see :func:`make_data`).
+
+    Attributes:
+      X: ``(N, d)`` training inputs.  y: ``(N,)`` noisy labels ``h*(X) + eps``.
+      X_aug: ``(alpha, N, d)`` augmentations, ``X_aug[j, i] = x_{i, j+1}``.
+      f_X: ``(N,)`` noiseless ``h*(X)``.
+      X_test: ``(n_test, d)`` fresh inputs.  f_test: ``(n_test,)`` ``h*(X_test)``.
+      teacher: the ground truth :class:`TwoLayerParams` ``(B*, w*)``.
+    """
+
+    X: Float[Array, "n d"]
+    y: Float[Array, " n"]
+    X_aug: Float[Array, "alpha n d"]
+    f_X: Float[Array, " n"]
+    X_test: Float[Array, "m d"]
+    f_test: Float[Array, " m"]
+    teacher: TwoLayerParams
+
+
+class AugmentationSubspace(NamedTuple):
+    """The subspaces of ``Delta = A(X) - M X`` (:func:`augmentation_subspace`).
+
+    Attributes:
+      P_null: ``(d, d)`` orthogonal projector onto ``null(Delta)`` (the invariant features).
+      P_range: ``(d, d)`` projector onto ``range(Delta^T)``, ``P_null + P_range = I``.
+      rank: numerical rank of ``Delta`` (the empirical ``d_aug``), int32 scalar.
+    """
+
+    P_null: Float[Array, "d d"]
+    P_range: Float[Array, "d d"]
+    rank: Array
+
+
+class FitResult(NamedTuple):
+    """Result of :func:`fit_da_erm` / :func:`fit_dac`.
+
+    Attributes:
+      params: the trained :class:`TwoLayerParams` (feasible: projected after the last step).
+      losses: ``(steps,)`` training objective at the parameters *before* each step.
+    """
+
+    params: TwoLayerParams
+    losses: Float[Array, " steps"]
+
+
+# ======================================================================================
+# validation helpers
+# ======================================================================================
+def _float_dtype(name: str, a: Any) -> np.dtype:
+    dt = np.dtype(a.dtype if hasattr(a, "dtype") else np.asarray(a).dtype)
+    if not np.issubdtype(dt, np.floating):
+        raise TypeError(f"{name} must be a float32/float64 array; got dtype {dt}")
+    return V.check_dtype(name, dt, allow_complex=False)
+
+
+def _check_xy(X, y=None, X_aug=None, *, need_aug: bool = True):
+    """Validate ``X (N, d)``, ``y (N,)``, ``X_aug (alpha, N, d)``; cast to one float dtype."""
+    if not hasattr(X, "shape"):
+        X = np.asarray(X)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (N, d); got shape {tuple(X.shape)}")
+    n, d = X.shape
+    if n < 1 or d < 1:
+        raise ValueError(f"X must have N >= 1 rows and d >= 1 columns; got shape {X.shape}")
+    dts = [_float_dtype("X", X)]
+    if y is not None:
+        if not hasattr(y, "shape"):
+            y = np.asarray(y)
+        if y.shape != (n,):
+            raise ValueError(f"y must have shape (N,) = ({n},) matching X; got {tuple(y.shape)}")
+        dts.append(_float_dtype("y", y))
+    if X_aug is not None:
+        if not hasattr(X_aug, "shape"):
+            X_aug = np.asarray(X_aug)
+        if X_aug.ndim != 3:
+            raise ValueError("X_aug must be 3-D (alpha, N, d), stacking alpha augmentations of "
+                             f"X; got shape {tuple(X_aug.shape)}")
+        if X_aug.shape[0] < 1:
+            raise ValueError("alpha (X_aug.shape[0], the number of augmentations per sample) "
+                             f"must be >= 1; got X_aug of shape {tuple(X_aug.shape)}")
+        if tuple(X_aug.shape[1:]) != (n, d):
+            raise ValueError(f"X_aug must have shape (alpha, N, d) = (alpha, {n}, {d}) matching "
+                             f"X; got {tuple(X_aug.shape)}")
+        dts.append(_float_dtype("X_aug", X_aug))
+    elif need_aug:
+        raise ValueError("X_aug must be given as an (alpha, N, d) array")
+    dt = np.dtype(jnp.result_type(*dts))
+    out = [jnp.asarray(X, dt)]
+    V.check_array_values("X", X)
+    if y is not None:
+        V.check_array_values("y", y)
+        out.append(jnp.asarray(y, dt))
+    if X_aug is not None:
+        V.check_array_values("X_aug", X_aug)
+        out.append(jnp.asarray(X_aug, dt))
+    return out
+
+
+def _check_lam(lam):
+    if lam is None:
+        return None
+    if V.is_concrete(lam):
+        arr = np.asarray(lam)
+        if arr.shape != ():
+            raise ValueError(f"lam must be a scalar; got shape {arr.shape}")
+        if not np.isfinite(arr) or arr < 0:
+            raise ValueError(f"lam must be a finite number >= 0 (None: the hard constraint); "
+                             f"got {lam!r}")
+    return lam
+
+
+def _check_pos_float(name: str, value, *, allow_none: bool = False, allow_zero: bool = False):
+    if value is None and allow_none:
+        return None
+    if V.is_concrete(value):
+        arr = np.asarray(value)
+        if arr.shape != () or not np.isfinite(arr) or (arr < 0 if allow_zero else arr <= 0):
+            rng = ">= 0" if allow_zero else "> 0"
+            raise ValueError(f"{name} must be a finite number {rng}; got {value!r}")
+    return value
+
+
+def _check_params(params, d: int | None = None) -> TwoLayerParams:
+    if not isinstance(params, TwoLayerParams):
+        raise TypeError(f"params must be a TwoLayerParams(B, w); got {type(params).__name__}")
+    B, w = params
+    if B.ndim != 2 or w.ndim != 1 or B.shape[1] != w.shape[0]:
+        raise ValueError(f"params must have B of shape (d, width) and w of shape (width,); "
+                         f"got B {tuple(B.shape)}, w {tuple(w.shape)}")
+    if d is not None and B.shape[0] != d:
+        raise ValueError(f"params.B has {B.shape[0]} rows but X has d = {d} columns")
+    return params
+
+
+def _dtype_arg(dtype) -> np.dtype:
+    return V.default_float() if dtype is None else V.check_dtype("dtype", dtype,
+                                                                 allow_complex=False)
+
+
+# ======================================================================================
+# data: teacher, augmentations, problem draws
+# ======================================================================================
+def make_teacher(key, d: int, q: int, d_causal: int, *, dtype=None) -> TwoLayerParams:
+    """Ground truth ``h*(x) = (x^T B*)_+ w*`` of Sec. ``sec:example_2relu``.
+
+    ``b*_k = [g_k; 0] / ||g_k||``, ``g_k ~ N(0, I_{d_causal})`` (unit columns supported on the
+    first ``d_causal`` coordinates, so ``h*`` ignores the environment coordinates);
+    ``w*_k = +-1`` with random signs (``||w*||_1 = q``).
+
+    Args:
+      key: PRNG key.
+      d, q, d_causal: input dimension, teacher width, number of causal coordinates
+        (``1 <= d_causal <= d``); Python ints (static).
+      dtype: float32/float64 (default: float64 under x64, else float32).
+
+    Returns:
+      :class:`TwoLayerParams` ``(B* (d, q), w* (q,))``.
+
+    Example::
+
+        t = make_teacher(jax.random.key(0), 30, 2, 5)   # t.B[5:] == 0
+    """
+    key = V.check_key(key)
+    d = V.check_int("d", d, low=1)
+    q = V.check_int("q", q, low=1)
+    d_causal = V.check_int("d_causal", d_causal, low=1, high=d, high_desc="d")
+    return _teacher(key, d, q, d_causal, _dtype_arg(dtype).name)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _teacher(key, d, q, d_causal, dt) -> TwoLayerParams:
+    dt = np.dtype(dt)
+    G = jax.random.normal(key, (d_causal + 1, q), dt)
+    w = jnp.where(G[-1] >= 0, 1.0, -1.0).astype(dt)          # random signs
+    G = G[:-1] / jnp.linalg.norm(G[:-1], axis=0, keepdims=True)
+    B = jnp.zeros((d, q), dt).at[:d_causal].set(G)
+    return TwoLayerParams(B, w)
+
+
+def augment(key, X: Float[Array, "n d"], alpha: int, d_aug, *,
+            aug_scale: float = 1.0) -> Float[Array, "alpha n d"]:
+    """``alpha`` augmentations of every row of ``X`` that perturb the last ``d_aug`` coordinates.
+
+    ``x_{i,j} = x_i + aug_scale [0; z_{i,j}]``, ``z_{i,j} ~ N(0, I_{d_aug})`` i.i.d.: label
+    invariant (Def. ``def:causal_invar_data_aug``) when ``h*`` ignores those coordinates, with
+    ``rank(Delta) = d_aug`` a.s. once ``alpha N >= d_aug`` (Def. ``def:daug``).
+
+    Args:
+      key: PRNG key.
+      X: ``(N, d)`` inputs.
+      alpha: number of augmentations per sample, Python int ``>= 1`` (sets the shape).
+      d_aug: number of perturbed (environment) coordinates, ``0 <= d_aug <= d``; only builds a
+        mask, so it may be traced (e.g. vmapped over).
+      aug_scale: standard deviation of the perturbation (``> 0``).
+
+    Returns:
+      ``X_aug`` of shape ``(alpha, N, d)``, ``X_aug[j, i] = x_{i, j+1}``.
+
+    Example::
+
+        X_aug = augment(jax.random.key(1), X, alpha=4, d_aug=20)
+    """
+    key = V.check_key(key)
+    (X,) = _check_xy(X, need_aug=False)
+    alpha = V.check_int("alpha", alpha, low=1)
+    d = X.shape[1]
+    if V.is_concrete(d_aug):
+        if isinstance(d_aug, bool) or not isinstance(d_aug, (numbers.Integral, np.ndarray,
+                                                             jax.Array)):
+            raise TypeError(f"d_aug must be an int; got {type(d_aug).__name__}")
+        v = int(np.asarray(d_aug))
+        if v < 0 or v > d:
+            raise ValueError(f"d_aug must be in [0, d] = [0, {d}]; got {v}")
+    _check_pos_float("aug_scale", aug_scale)
+    return _augment(key, X, alpha, d_aug, aug_scale)
+
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def _augment(key, X, alpha, d_aug, aug_scale):
+    d = X.shape[1]
+    mask = (jnp.arange(d) >= d - d_aug).astype(X.dtype)
+    Z = jax.random.normal(key, (alpha,) + X.shape, X.dtype)
+    return X[None] + (aug_scale * mask) * Z
+
+
+def make_data(key, *, n: int, d: int, q: int, d_causal: int, alpha: int, d_aug, sigma: float,
+              n_test: int, aug_scale: float = 1.0, teacher: TwoLayerParams | None = None,
+              dtype=None) -> TwoLayerData:
+    """Draw the thesis' two-layer ReLU problem: teacher, ``(X, y)``, augmentations, test set.
+
+    ``x ~ N(0, I_d)``; ``y = (x^T B*)_+ w* + eps``, ``eps ~ N(0, sigma^2)``
+    (Sec. ``sec:example_2relu``); ``X_aug`` from :func:`augment`; ``teacher`` from
+    :func:`make_teacher` unless given (then ``q``/``d_causal`` are only checked against it).
+
+    Args:
+      key: PRNG key (split into teacher / inputs / noise / augmentations / test keys).
+      n, d, q, d_causal, alpha, n_test: sizes, Python ints (static).
+      d_aug: perturbed coordinates, ``0 <= d_aug <= d - d_causal`` (label invariance); may be
+        traced.
+      sigma: label noise standard deviation (``>= 0``).
+      aug_scale: augmentation strength (see :func:`augment`).
+      teacher: optional fixed ground truth.
+      dtype: float32/float64 (default per x64).
+
+    Returns:
+      :class:`TwoLayerData`.
+
+    Example::
+
+        data = make_data(jax.random.key(0), n=100, d=30, q=2, d_causal=5, alpha=1,
+                         d_aug=20, sigma=0.5, n_test=2000)
+    """
+    key = V.check_key(key)
+    n = V.check_int("n", n, low=1)
+    d = V.check_int("d", d, low=1)
+    n_test = V.check_int("n_test", n_test, low=1)
+    alpha = V.check_int("alpha", alpha, low=1)
+    d_causal = V.check_int("d_causal", d_causal, low=1, high=d, high_desc="d")
+    if V.is_concrete(d_aug) and not 0 <= int(np.asarray(d_aug)) <= d - d_causal:
+        raise ValueError(f"d_aug must be in [0, d - d_causal] = [0, {d - d_causal}] so that the "
+                         f"augmentations are label invariant; got {int(np.asarray(d_aug))}")
+    _check_pos_float("sigma", sigma, allow_zero=True)
+    _check_pos_float("aug_scale", aug_scale)
+    dt = _dtype_arg(dtype)
+    if teacher is not None:
+        teacher = _check_params(teacher, d)
+        teacher = TwoLayerParams(jnp.asarray(teacher.B, dt), jnp.asarray(teacher.w, dt))
+    return _make_data(key, d_aug, jnp.asarray(sigma, dt), jnp.asarray(aug_scale, dt), teacher,
+                      n=n, d=d, q=q, d_causal=d_causal, alpha=alpha, n_test=n_test,
+                      dtype=dt.name)
+
+
+@functools.partial(jax.jit, static_argnames=("n", "d", "q", "d_causal", "alpha", "n_test",
+                                             "dtype"))
+def _make_data(key, d_aug, sigma, aug_scale, teacher, *, n, d, q, d_causal, alpha, n_test,
+               dtype) -> TwoLayerData:
+    dt = np.dtype(dtype)
+    kt, kg = jax.random.split(key)
+    if teacher is None:
+        teacher = _teacher(kt, d, q, d_causal, dt.name)
+    # one Gaussian draw, sliced (a single threefry instance keeps the compilation small)
+    sizes = (n * d, n, alpha * n * d, n_test * d)
+    g = jax.random.normal(kg, (sum(sizes),), dt)
+    X, eps, Z, X_test = (p.reshape(shape) for p, shape in zip(
+        jnp.split(g, np.cumsum(sizes)[:-1]), ((n, d), (n,), (alpha, n, d), (n_test, d))))
+    f_X = predict(teacher, X)
+    y = f_X + sigma * eps
+    mask = (jnp.arange(d) >= d - d_aug).astype(dt)
+    X_aug = X[None] + (aug_scale * mask) * Z
+    return TwoLayerData(X, y, X_aug, f_X, X_test, predict(teacher, X_test), teacher)
+
+
+# ======================================================================================
+# model and objectives
+# ======================================================================================
+def first_layer(params: TwoLayerParams, X: Float[Array, "... d"]) -> Float[Array, "... q"]:
+    """The representation ``phi(x) = (x^T B)_+`` (the DAC-regularised layer)."""
+    return jax.nn.relu(jnp.matmul(X, params.B, precision=HIGHEST))
+
+
+def predict(params: TwoLayerParams, X: Float[Array, "... d"]) -> Float[Array, "..."]:
+    """``h(x) = (x^T B)_+ w`` for every row of ``X`` (any leading batch shape).
+
+    Example::
+
+        predict(TwoLayerParams(B, w), X)   # (N,)
+    """
+    return jnp.matmul(first_layer(params, X), params.w, precision=HIGHEST)
+
+
+def da_erm_loss(params: TwoLayerParams, X: Float[Array, "n d"], y: Float[Array, " n"],
+                X_aug: Float[Array, "alpha n d"]) -> Array:
+    """DA-ERM objective (Eq. ``eq:plain_erm``, square loss ``l = (h - y)^2 / 2``), averaged.
+
+    ``1/(2(1+alpha)N) [sum_i (h(x_i) - y_i)^2 + sum_{i,j} (h(x_{i,j}) - y_i)^2]``.
+
+    Example::
+
+        da_erm_loss(params, X, y, X_aug)   # scalar
+    """
+    r0 = predict(params, X) - y
+    ra = predict(params, X_aug) - y[None]
+    n_all = (1 + X_aug.shape[0]) * X.shape[0]
+    return (jnp.sum(r0 * r0) + jnp.sum(ra * ra)) / (2 * n_all)
+
+
+def consistency_penalty(params: TwoLayerParams, X: Float[Array, "n d"],
+                        X_aug: Float[Array, "alpha n d"]) -> Array:
+    """DAC regulariser on the first layer (Eq. ``eq:dac_soft``, ``rho`` = squared l2), averaged.
+
+    ``1/(alpha N) sum_{i,j} ||(x_{i,j}^T B)_+ - (x_i^T B)_+||_2^2``.
+    """
+    diff = first_layer(params, X_aug) - first_layer(params, X)[None]
+    return jnp.sum(diff * diff) / (X_aug.shape[0] * X.shape[0])
+
+
+def dac_loss(params: TwoLayerParams, X: Float[Array, "n d"], y: Float[Array, " n"],
+             X_aug: Float[Array, "alpha n d"], lam=0.0) -> Array:
+    """Soft DAC objective (Eq. ``eq:dac_soft``), averaged.
+
+    ``1/(2N) sum_i (h(x_i) - y_i)^2 + lam/(alpha N) sum_{i,j} ||phi(x_{i,j}) - phi(x_i)||^2``
+    with ``phi(x) = (x^T B)_+``. With ``lam = 0`` it is ERM on the originals; the hard DAC
+    estimator (Eq. ``eq:dac_hard``) minimises the ``lam = 0`` objective over ``B = P_null B``.
+
+    Example::
+
+        dac_loss(params, X, y, X_aug, lam=1.0)
+    """
+    r = predict(params, X) - y
+    return jnp.sum(r * r) / (2 * X.shape[0]) + lam * consistency_penalty(params, X, X_aug)
+
+
+def excess_risk(params: TwoLayerParams, X: Float[Array, "n d"], f_X: Float[Array, " n"]) -> Array:
+    """``L(h) - L(h*) = 1/n ||h(X) - h*(X)||_2^2`` (Thm ``thm:case_2layer_relu_risk``).
+
+    On the training inputs this is the thesis' fixed-design excess risk; on fresh test
+    inputs it estimates the population excess risk ``E_x (h(x) - h*(x))^2``.
+
+    Args:
+      params: the model.  X: ``(n, d)`` inputs.  f_X: ``(n,)`` noiseless ``h*(X)``.
+
+    Example::
+
+        excess_risk(fit.params, data.X_test, data.f_test)
+    """
+    r = predict(params, X) - f_X
+    return jnp.mean(r * r)
+
+
+# ======================================================================================
+# constraints
+# ======================================================================================
+def augmentation_subspace(X: Float[Array, "n d"], X_aug: Float[Array, "alpha n d"], *,
+                          rtol: float | None = None) -> AugmentationSubspace:
+    """Projectors onto ``null(Delta)`` and ``range(Delta^T)``, ``Delta = A(X) - M X``.
+
+    ``Delta`` (``alpha N x d``) stacks ``x_{i,j} - x_i``; with its thin SVD
+    ``Delta = U S V^T`` and the numerical rank ``r = #{s_k > cut-off}``,
+    ``P_range = V_r V_r^T`` (``= Delta^+ Delta``, App. ``apx:pf_case_2layer_relu``) and
+    ``P_null = I - P_range``. ``rank`` is the empirical augmentation strength ``d_aug``
+    (``d_aug = rank(Delta)``). Jittable and vmappable (the rank is a mask, not a shape).
+    The cut-off is ``rtol * max(s_1, ||M X||_F)`` (``||M X||_F = sqrt(alpha) ||X||_F``):
+    perturbations at the rounding level of the data count as none.
+
+    Args:
+      X: ``(N, d)``.  X_aug: ``(alpha, N, d)``.
+      rtol: relative singular-value cut-off (default ``max(alpha N, d) * eps``).
+
+    Returns:
+      :class:`AugmentationSubspace` ``(P_null, P_range, rank)``.
+
+    Example::
+
+        sub = augmentation_subspace(X, X_aug)
+        sub.rank                       # d_aug
+        jnp.abs(X_aug[0] @ sub.P_null - X @ sub.P_null).max()   # ~ 0
+    """
+    X, X_aug = _check_xy(X, None, X_aug)
+    return _subspace(X, X_aug, None if rtol is None else float(rtol))
+
+
+@functools.partial(jax.jit, static_argnames=("rtol",))
+def _subspace(X, X_aug, rtol=None) -> AugmentationSubspace:
+    d = X.shape[1]
+    D = (X_aug - X[None]).reshape(-1, d)
+    if rtol is None:
+        rtol = max(D.shape) * float(jnp.finfo(D.dtype).eps)
+    _, s, Vt = jnp.linalg.svd(D, full_matrices=False)
+    # Relative to the data, not only to s_1(Delta): under jit XLA may evaluate x_i in two
+    # fusions with different roundings, so an "unperturbed" coordinate differs by ~eps |x|.
+    scale = jnp.maximum(s[0], np.sqrt(X_aug.shape[0]) * jnp.linalg.norm(X))
+    keep = s > rtol * scale         # all False when Delta = 0
+    Vk = Vt * keep[:, None].astype(Vt.dtype)
+    P_range = jnp.matmul(Vk.T, Vk, precision=HIGHEST)
+    P_null = jnp.eye(d, dtype=X.dtype) - P_range
+    return AugmentationSubspace(P_null, P_range, jnp.sum(keep).astype(jnp.int32))
+
+
+def c_null(X: Float[Array, "n d"], P_null: Float[Array, "d d"]) -> Array:
+    """``C_null = sqrt(1/N sum_i ||P_null x_i||^2)`` (Thm ``thm:case_2layer_relu_risk``).
+
+    Cor. ``coro:two_layer_daug_bound``: ``C_null <~ sqrt(d - d_aug)``.
+    """
+    Z = jnp.matmul(X, P_null, precision=HIGHEST)
+    return jnp.sqrt(jnp.mean(jnp.sum(Z * Z, axis=1)))
+
+
+def project_l1_ball(v: Float[Array, " q"], radius) -> Float[Array, " q"]:
+    """Euclidean projection onto ``{w : ||w||_1 <= radius}`` (sort-based, Duchi et al. 2008).
+
+    ``w = sign(v) (|v| - theta)_+`` with ``theta >= 0`` the smallest value giving
+    ``||w||_1 <= radius`` (``theta = 0`` when ``v`` is already inside). Jittable.
+
+    Example::
+
+        project_l1_ball(jnp.array([3., -1., 0.5]), 2.0)   # [2., 0., 0.]
+    """
+    a = jnp.abs(v)
+    u = jnp.sort(a)[::-1]
+    css = jnp.cumsum(u)
+    k = jnp.arange(1, v.shape[0] + 1, dtype=v.dtype)
+    cond = u - (css - radius) / k > 0
+    rho = jnp.maximum(jnp.sum(cond), 1)
+    theta = (css[rho - 1] - radius) / rho.astype(v.dtype)
+    w = jnp.sign(v) * jnp.maximum(a - theta, 0)
+    return jnp.where(jnp.sum(a) <= radius, v, w)
+
+
+def project_params(params: TwoLayerParams, *, P_null: Float[Array, "d d"] | None = None,
+                   c_w=None) -> TwoLayerParams:
+    """Project onto the thesis' class ``H`` (and, with ``P_null``, the hard DAC set).
+
+    ``b_k <- P_null b_k / ||P_null b_k||`` (unit columns in ``null(Delta)``; without
+    ``P_null``: ``b_k / ||b_k||``) and ``w <- Proj_{||w||_1 <= c_w}(w)`` when ``c_w`` is given.
+    A column with ``P_null b_k = 0`` (e.g. ``rank(Delta) = d``: no feasible unit vector)
+    becomes NaN -- an infeasible constraint is never silent.
+
+    Example::
+
+        p = project_params(p, P_null=sub.P_null, c_w=2.0)
+    """
+    B = params.B
+    if P_null is not None:
+        B = jnp.matmul(P_null, B, precision=HIGHEST)
+    B = B / jnp.linalg.norm(B, axis=0, keepdims=True)
+    w = params.w if c_w is None else project_l1_ball(params.w, c_w)
+    return TwoLayerParams(B, w)
+
+
+def init_params(key, d: int, width: int, *, P_null: Float[Array, "d d"] | None = None,
+                c_w=None, dtype=None) -> TwoLayerParams:
+    """Random feasible start: ``b_k ~ N(0, I_d)`` projected by :func:`project_params`,
+    ``w ~ N(0, 1/width)`` (then into the l1 ball when ``c_w`` is given).
+
+    Args:
+      key: PRNG key.  d: input dimension.  width: hidden units ``>= 1`` (static ints).
+      P_null: optional projector (hard DAC).  c_w: optional l1 radius.  dtype: float dtype.
+
+    Example::
+
+        p0 = init_params(jax.random.key(0), 30, 8)
+    """
+    key = V.check_key(key)
+    d = V.check_int("d", d, low=1)
+    width = V.check_int("width", width, low=1)
+    return _init_jit(key, P_null, c_w, d=d, width=width, dt=_dtype_arg(dtype).name)
+
+
+@functools.partial(jax.jit, static_argnames=("d", "width", "dt"))
+def _init_jit(key, P_null, c_w, *, d, width, dt):
+    return _init(key, d, width, P_null, c_w, np.dtype(dt))
+
+
+def _init(key, d, width, P_null, c_w, dt) -> TwoLayerParams:
+    G = jax.random.normal(key, (d + 1, width), dt)
+    B, w = G[:d], G[d] / np.sqrt(width)
+    return project_params(TwoLayerParams(B, w), P_null=P_null, c_w=c_w)
+
+
+# ======================================================================================
+# training
+# ======================================================================================
+def make_train_step(optimizer: optax.GradientTransformation, method: str, *, lam=None,
+                    c_w=None):
+    """A pure (projected) optimizer step for DA-ERM or DAC.
+
+    Returns ``step(params, opt_state, X, y, X_aug, P_null) -> (params, opt_state, loss)``:
+    one gradient of the objective, an ``optimizer`` update, then :func:`project_params`
+    (unit columns, ``||w||_1 <= c_w``, and ``B <- P_null B`` for hard DAC). ``loss`` is the
+    objective before the step. The returned function closes over nothing mutable and can be
+    ``jax.jit``-ed / ``jax.vmap``-ed by the caller.
+
+    Args:
+      optimizer: an optax transformation (e.g. ``optax.adam(1e-2)``).
+      method: ``"da_erm"`` (Eq. ``eq:plain_erm``) or ``"dac"``.
+      lam: DAC only. ``None``: hard constraint (Eq. ``eq:dac_hard``, needs ``P_null``);
+        a number ``>= 0``: soft penalty (Eq. ``eq:dac_soft``, ``P_null`` ignored).
+      c_w: l1 radius of ``w`` (``None``: unconstrained).
+
+    Example::
+
+        step = jax.jit(make_train_step(optax.adam(1e-2), "dac"))
+        params, state, loss = step(params, optimizer.init(params), X, y, X_aug, sub.P_null)
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}; got {method!r}")
+    if method == "da_erm" and lam is not None:
+        raise ValueError("lam is a DAC setting; pass lam=None with method='da_erm'")
+    lam = _check_lam(lam)
+    c_w = _check_pos_float("c_w", c_w, allow_none=True)
+    hard = method == "dac" and lam is None
+
+    def objective(params, X, y, X_aug):
+        if method == "da_erm":
+            return da_erm_loss(params, X, y, X_aug)
+        return dac_loss(params, X, y, X_aug, 0.0 if hard else lam)
+
+    def step(params, opt_state, X, y, X_aug, P_null=None):
+        loss, g = jax.value_and_grad(objective)(params, X, y, X_aug)
+        updates, opt_state = optimizer.update(g, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        params = project_params(params, P_null=P_null if hard else None, c_w=c_w)
+        return params, opt_state, loss
+
+    return step
+
+
+@functools.partial(jax.jit, static_argnames=("method", "hard", "width", "steps", "optimizer"))
+def _fit(key, X, y, X_aug, lam, c_w, learning_rate, *, method, hard, width, steps, optimizer):
+    if optimizer is None:
+        optimizer = optax.adam(optax.cosine_decay_schedule(learning_rate, steps))
+    P_null = _subspace(X, X_aug).P_null if hard else None
+    step = make_train_step(optimizer, method, lam=None if (hard or method == "da_erm") else lam,
+                           c_w=c_w)
+    params = _init(key, X.shape[1], width, P_null, c_w, X.dtype)
+
+    def body(carry, _):
+        p, s = carry
+        p, s, loss = step(p, s, X, y, X_aug, P_null)
+        return (p, s), loss
+
+    (params, _), losses = jax.lax.scan(body, (params, optimizer.init(params)), None,
+                                       length=steps)
+    return FitResult(params, losses)
+
+
+def _fit_checked(key, X, y, X_aug, *, method, lam, width, steps, learning_rate, c_w,
+                 optimizer):
+    key = V.check_key(key)
+    X, y, X_aug = _check_xy(X, y, X_aug)
+    width = V.check_int("width", width, low=1)
+    steps = V.check_int("steps", steps, low=1)
+    lam = _check_lam(lam)
+    c_w = _check_pos_float("c_w", c_w, allow_none=True)
+    if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
+        raise TypeError("optimizer must be an optax.GradientTransformation or None; got "
+                        f"{type(optimizer).__name__}")
+    if optimizer is None:
+        _check_pos_float("learning_rate", learning_rate)
+    hard = method == "dac" and lam is None
+    if hard and V.is_concrete(X) and V.is_concrete(X_aug):
+        d = X.shape[1]
+        r = int(_subspace(X, X_aug).rank)
+        if r >= d:
+            raise ValueError(f"the augmentations perturb all d = {d} directions (rank(Delta) = "
+                             f"{r}): the hard DAC constraint leaves no unit-norm first layer; "
+                             "use a finite lam or weaker augmentations")
+    dt = X.dtype
+    lam_arr = jnp.asarray(0.0 if lam is None else lam, dt)
+    cw_arr = None if c_w is None else jnp.asarray(c_w, dt)
+    return _fit(key, X, y, X_aug, lam_arr, cw_arr, jnp.asarray(learning_rate, dt),
+                method=method, hard=hard, width=width, steps=steps, optimizer=optimizer)
+
+
+def fit_da_erm(key, X: Float[Array, "n d"], y: Float[Array, " n"],
+               X_aug: Float[Array, "alpha n d"], *, width: int = 8, steps: int = 2000,
+               learning_rate: float = 1e-2, c_w: float | None = None,
+               optimizer: optax.GradientTransformation | None = None) -> FitResult:
+    """Train ``h(x) = (x^T B)_+ w`` by DA-ERM (Eq. ``eq:plain_erm``).
+
+    Full-batch projected training of
+    ``1/(2(1+alpha)N) sum_{i, j=0..alpha} (h(x_{i,j}) - y_i)^2`` over unit-column ``B`` and
+    ``||w||_1 <= c_w``: ``steps`` optimizer steps (default Adam with a cosine-decayed step size
+    from ``learning_rate``), each followed by :func:`project_params`, in one ``lax.scan``
+    under ``jit``. Pure in its arguments: ``jax.vmap`` over ``key`` (and data) trains seeds in
+    parallel.
+
+    Args:
+      key: PRNG key (initialisation).
+      X: ``(N, d)``; y: ``(N,)``; X_aug: ``(alpha, N, d)``, ``alpha >= 1``.
+      width: hidden units ``q >= 1`` (static).  steps: optimizer steps (static).
+      learning_rate: peak step size of the default optimizer.
+      c_w: l1 radius of ``w`` (the thesis' ``C_w``); ``None``: unconstrained.
+      optimizer: optional optax transformation replacing the default (static: reuse the same
+        object to avoid recompiling).
+
+    Returns:
+      :class:`FitResult` ``(params, losses)``.
+
+    Raises:
+      ValueError/TypeError: bad shapes (``X_aug`` not ``(alpha, N, d)`` or not matching ``X``,
+        ``alpha = 0``), ``width < 1``, non-finite data, bad ``c_w``/``learning_rate``.
+
+    Example::
+
+        res = fit_da_erm(jax.random.key(1), X, y, X_aug, width=8, c_w=2.0)
+        excess_risk(res.params, X_test, f_test)
+    """
+    return _fit_checked(key, X, y, X_aug, method="da_erm", lam=None, width=width, steps=steps,
+                        learning_rate=learning_rate, c_w=c_w, optimizer=optimizer)
+
+
+def fit_dac(key, X: Float[Array, "n d"], y: Float[Array, " n"],
+            X_aug: Float[Array, "alpha n d"], lam=None, *, width: int = 8, steps: int = 2000,
+            learning_rate: float = 1e-2, c_w: float | None = None,
+            optimizer: optax.GradientTransformation | None = None) -> FitResult:
+    """Train ``h(x) = (x^T B)_+ w`` with DAC on the first layer.
+
+    * ``lam=None`` (default, the estimator of Thm ``thm:case_2layer_relu_risk``): minimise
+      ``1/(2N) sum_i (h(x_i) - y_i)^2`` subject to ``(x_{i,j}^T B)_+ = (x_i^T B)_+``
+      (Eq. ``eq:dac_hard``), enforced as ``B = P_null B`` (``P_null`` from
+      :func:`augmentation_subspace`; equivalent w.h.p. by Lemma
+      ``lemma:2layer-relu-input-consistency-exclude-spurious``) by projection after every step;
+    * ``lam >= 0``: the soft objective of :func:`dac_loss` (Eq. ``eq:dac_soft``).
+
+    Both keep unit columns and ``||w||_1 <= c_w``; training as in :func:`fit_da_erm`.
+
+    Args:
+      key: PRNG key (initialisation).
+      X: ``(N, d)``; y: ``(N,)``; X_aug: ``(alpha, N, d)``, ``alpha >= 1``.
+      lam: ``None`` (hard constraint) or a finite number ``>= 0``.
+      width, steps, learning_rate, c_w, optimizer: as in :func:`fit_da_erm`.
+
+    Returns:
+      :class:`FitResult` ``(params, losses)``; ``losses`` is the DAC objective.
+
+    Raises:
+      ValueError/TypeError: as :func:`fit_da_erm`, plus ``lam < 0`` (or non-finite), and, for
+      the hard constraint with concrete data, ``rank(Delta) = d`` (no feasible first layer;
+      under an outer ``jit``/``vmap`` that case gives NaN parameters instead).
+
+    Example::
+
+        res = fit_dac(jax.random.key(1), X, y, X_aug, width=8, c_w=2.0)
+        sub = augmentation_subspace(X, X_aug)
+        jnp.abs(sub.P_range @ res.params.B).max()      # ~ 0: invariant first layer
+    """
+    return _fit_checked(key, X, y, X_aug, method="dac", lam=lam, width=width, steps=steps,
+                        learning_rate=learning_rate, c_w=c_w, optimizer=optimizer)
