@@ -1,0 +1,706 @@
+"""RandAugment with the 14 operations of the thesis' deep DAC experiments, in JAX.
+
+Thesis App. ``apdx:exp_detail`` (used in Sec. ``sec:dac_experiments``): "RandAugment draws
+``n`` transformations uniformly at random from 14 different augmentations, namely {identity,
+autoContrast, equalize, rotate, solarize, color, posterize, contrast, brightness, sharpness,
+shear-x, shear-y, translate-x, translate-y}", each with a strength scalar in ``[1, 10]`` that
+the thesis always sets to 10, and ``n = 2`` by default.
+
+The thesis gives the list but not the value ranges; its code is adapted from
+kekmodel/FixMatch-pytorch, whose ``fixmatch_augment_pool`` (the FixMatch paper's RandAugment
+table) fixes them. :data:`OPS` records them as ``name -> (fn, value at magnitude 0, value at
+magnitude max)``; the parameter of an op at magnitude ``m`` is the linear interpolation
+
+    ``v(m) = v_0 + (v_max - v_0) m / max_magnitude``                                 (*)
+
+and for the signed ops (:data:`SIGNED_OPS`: rotate, shear, translate) ``v`` is negated with
+probability 1/2, as in the reference. Ranges (reference pool, ``PARAMETER_MAX = 10``):
+
+=============  ======================  ==========================================
+op             parameter               v_0 -> v_max
+=============  ======================  ==========================================
+identity       --                      --
+auto_contrast  --                      --
+equalize       --                      --
+rotate         degrees (ccw, +-)       0 -> 30
+solarize       threshold               256/255 -> 0  (reference ``256 - int(m * 25.6)``)
+color          enhance factor          0.05 -> 0.95
+posterize      bits kept               4 -> 8        (floored, as ``int(0.4 m) + 4``)
+contrast       enhance factor          0.05 -> 0.95
+brightness     enhance factor          0.05 -> 0.95
+sharpness      enhance factor          0.05 -> 0.95
+shear_x/y      shear coefficient (+-)  0 -> 0.3
+translate_x/y  fraction of width (+-)  0 -> 0.3      (pixels ``trunc(v * W)``)
+=============  ======================  ==========================================
+
+Note what the reference ranges imply at the thesis' magnitude 10: the enhance factors are
+0.95 (close to the identity; factor 1 is the identity), posterize keeps all 8 bits (the
+identity), solarize inverts every pixel, rotations are +-30 degrees and shifts 9 px of 32.
+The reference ``RandAugmentMC`` additionally draws each op's magnitude from
+``randint(1, m)`` (1..9 for m = 10), applies each op with probability 1/2 and always ends with
+a 16 px gray Cutout; the thesis describes a fixed strength, which is what
+:func:`rand_augment` implements (no Cutout).
+
+Semantics follow PIL exactly on images with values ``i / 255`` (``PIL.ImageOps``,
+``PIL.ImageEnhance``, ``Image.transform``/``rotate`` with nearest resampling, as the
+reference calls them), except that PIL rounds or truncates every result to uint8 and we do not
+(tests: equal up to 1 or 2 uint8 levels for the enhance ops and autocontrast, exact for the
+others). Images are float arrays in ``[0, 1]`` of shape ``(H, W, C)`` with ``C`` in {1, 3}.
+
+dm-pix is used where its op is PIL's op: ``dm_pix.solarize`` (invert where ``x >= t``) and
+``dm_pix.affine_transform`` for rotate/shear/translate (order 0 rounds half away from zero
+in pixel-index coordinates, which is PIL's ``floor`` of the pixel-centre map; rotation uses
+PIL's matrix about ``(W/2, H/2)`` rather than ``dm_pix.rotate``, whose fixed offset leaves no
+room for the tie handling of ``_affine``). PIL's own nearest-neighbour affine path does not take
+the exact floor next to pixel boundaries (a 7 degree rotation of a 24 x 20 image: 2 of 480
+pixels, e.g. exact sample coordinate 16.99996 and PIL reads pixel 17 -- consistent with its
+fixed-point evaluation); the ``1e-4`` px nudge of ``_affine`` reproduces PIL on every case
+tested, including the exact ties of 90 degree rotations of odd-by-even images. dm-pix is not
+used where its op differs from PIL's:
+``adjust_brightness`` adds a delta (PIL scales), ``adjust_contrast`` uses per-channel means
+(PIL one grayscale mean), ``adjust_saturation`` works in HSV (PIL blends with the ITU-R 601
+luma), and ``rgb_to_grayscale`` uses weights 0.2989/0.587/0.114 that sum to 0.9999, so a gray
+image would not be a fixed point of color/contrast; autocontrast, equalize, posterize and
+sharpness have no dm-pix counterpart.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+from typing import Any, Callable
+
+import dm_pix
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from rdr_jax import _validation as V
+
+__all__ = ["identity", "auto_contrast", "equalize", "rotate", "solarize", "color", "posterize",
+           "contrast", "brightness", "sharpness", "shear_x", "shear_y", "translate_x",
+           "translate_y", "OPS", "SIGNED_OPS", "op_value", "apply_op", "rand_augment",
+           "rand_augment_batch"]
+
+_LUMA = (0.299, 0.587, 0.114)  # ITU-R 601-2, PIL's convert("L")
+
+
+# --------------------------------------------------------------------------------------
+# validation
+# --------------------------------------------------------------------------------------
+def _check_image(image: Any, name: str = "image", batched: bool = False) -> None:
+    shape = "(B, H, W, C)" if batched else "(H, W, C)"
+    if not hasattr(image, "shape") or not hasattr(image, "dtype"):
+        raise TypeError(f"{name} must be a float array of shape {shape}; got "
+                        f"{type(image).__name__}")
+    if image.ndim != (4 if batched else 3):
+        raise ValueError(f"{name} must have rank {4 if batched else 3} {shape}"
+                         f"{'; use rand_augment_batch for batches' if image.ndim == 4 else ''}"
+                         f"; got shape {tuple(image.shape)}")
+    if image.shape[-1] not in (1, 3):
+        raise ValueError(f"{name} must have 1 or 3 channels on the last axis (HWC layout); got "
+                         f"shape {tuple(image.shape)}")
+    if np.dtype(image.dtype) not in V.REAL_DTYPES:
+        raise TypeError(f"{name} must be float32 or float64 with values in [0, 1] (convert uint8 "
+                        f"images with x / 255); got dtype {image.dtype}")
+    if V.is_concrete(image):
+        arr = np.asarray(image)
+        if arr.size and not (np.all(np.isfinite(arr)) and arr.min() >= 0 and arr.max() <= 1):
+            raise ValueError(f"{name} values must be finite and in [0, 1]; got range "
+                             f"[{np.nanmin(arr)}, {np.nanmax(arr)}]")
+
+
+def _check_scalar(name: str, value: Any, low: float | None = None,
+                  high: float | None = None) -> None:
+    if isinstance(value, bool) or not (isinstance(value, numbers.Real)
+                                       or (hasattr(value, "shape") and value.shape == ())):
+        raise TypeError(f"{name} must be a real scalar; got {type(value).__name__} {value!r}")
+    if V.is_concrete(value):
+        v = float(np.asarray(value))
+        if not np.isfinite(v) or (low is not None and v < low) or (high is not None and v > high):
+            raise ValueError(f"{name} must be in [{low}, {high}]; got {v}")
+
+
+# --------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------
+def _gray(image):
+    """PIL ``convert('L')`` luma ``0.299 R + 0.587 G + 0.114 B`` (identity for 1 channel)."""
+    if image.shape[-1] == 1:
+        return image
+    w = jnp.asarray(_LUMA, image.dtype)
+    return jnp.sum(image * w, axis=-1, keepdims=True)
+
+
+def _blend(degenerate, image, factor):
+    """PIL ``Image.blend(degenerate, image, factor)``, clipped to [0, 1]."""
+    f = jnp.asarray(factor, image.dtype)
+    return jnp.clip(degenerate + f * (image - degenerate), 0.0, 1.0).astype(image.dtype)
+
+
+def _quantize(image):
+    """uint8 levels ``round(255 x)`` as int32 (exact for images ``i / 255``)."""
+    return jnp.round(jnp.clip(image, 0.0, 1.0) * 255).astype(jnp.int32)
+
+
+_TIE_NUDGE = 1e-4  # pixels; see _affine
+
+
+def _affine(image, a, b, c, d, e, f, fill):
+    """PIL ``Image.transform(AFFINE, (a, b, c, d, e, f), NEAREST, fillcolor=fill)``.
+
+    Output pixel ``(x, y)`` takes input pixel ``floor(a (x+1/2) + b (y+1/2) + c)``,
+    ``floor(d (x+1/2) + e (y+1/2) + f)`` (fill outside); in index coordinates (pixel centres
+    at integers) that is ``round(a x + b y + (a+b)/2 + c - 1/2)``, which is what
+    ``dm_pix.affine_transform(order=0)`` evaluates with the matrix below (rows: y, x, c).
+    Sample points exactly on a pixel boundary (e.g. a 90 degree rotation of an odd-by-even
+    image) are resolved as PIL's ``floor`` does, towards the larger index, by a
+    ``1e-4``-pixel nudge that absorbs the float rounding of cos/sin (``cos(pi/2) != 0``).
+    """
+    dt = image.dtype
+    one, zero = jnp.ones((), dt), jnp.zeros((), dt)
+    a, b, c, d, e, f = (jnp.asarray(t, dt) for t in (a, b, c, d, e, f))
+    matrix = jnp.stack([jnp.stack([e, d, zero]), jnp.stack([b, a, zero]),
+                        jnp.stack([zero, zero, one])])
+    offset = jnp.stack([(d + e) / 2 + f - 0.5 + _TIE_NUDGE, (a + b) / 2 + c - 0.5 + _TIE_NUDGE,
+                        zero])
+    return dm_pix.affine_transform(image, matrix, offset=offset, order=0, mode="constant",
+                                   cval=float(fill)).astype(dt)
+
+
+# --------------------------------------------------------------------------------------
+# the 14 operations (implementations, no validation)
+# --------------------------------------------------------------------------------------
+def _jit_op(fn):
+    """jit an op implementation ``fn(image, value, fill)`` (``fill`` static): one compilation
+    per shape/dtype instead of one per primitive when ops are called eagerly."""
+    return jax.jit(fn, static_argnames=("fill",))
+
+
+@_jit_op
+def _identity(image, v=None, fill=None):
+    return image
+
+
+@_jit_op
+def _auto_contrast(image, v=None, fill=None):
+    lo = jnp.min(image, axis=(0, 1), keepdims=True)
+    hi = jnp.max(image, axis=(0, 1), keepdims=True)
+    span = hi - lo
+    scaled = (image - lo) / jnp.where(span > 0, span, 1.0)
+    return jnp.where(span > 0, jnp.clip(scaled, 0.0, 1.0), image).astype(image.dtype)
+
+
+def _equalize_channel(q):
+    """PIL ImageOps.equalize lookup table for one channel of uint8 levels ``q`` (flat)."""
+    hist = jnp.bincount(q, length=256)
+    top = jnp.max(q)                       # highest non-empty bin
+    step = (q.size - hist[top]) // 255
+    n_levels = jnp.sum(hist > 0)
+    safe = jnp.maximum(step, 1)
+    cum = jnp.cumsum(hist) - hist          # pixels strictly below each level
+    lut = jnp.minimum((step // 2 + cum) // safe, 255)
+    out = jnp.where((n_levels <= 1) | (step == 0), q, lut[q])
+    return out
+
+
+@_jit_op
+def _equalize(image, v=None, fill=None):
+    h, w, ch = image.shape
+    q = _quantize(image).reshape(h * w, ch)
+    out = jax.vmap(_equalize_channel, in_axes=1, out_axes=1)(q)
+    return (out.reshape(h, w, ch) / 255).astype(image.dtype)
+
+
+@_jit_op
+def _rotate(image, degrees, fill=0.5):
+    """PIL ``Image.rotate``: the affine map of angle ``-theta`` about ``(W/2, H/2)``."""
+    h, w, _ = image.shape
+    t = -jnp.deg2rad(jnp.asarray(degrees, image.dtype))
+    cos, sin = jnp.cos(t), jnp.sin(t)
+    cx, cy = w / 2, h / 2
+    return _affine(image, cos, sin, cx - cos * cx - sin * cy,
+                   -sin, cos, cy + sin * cx - cos * cy, fill)
+
+
+@_jit_op
+def _solarize(image, threshold, fill=None):
+    return dm_pix.solarize(image, jnp.asarray(threshold, image.dtype)).astype(image.dtype)
+
+
+@_jit_op
+def _color(image, factor, fill=None):
+    return _blend(jnp.broadcast_to(_gray(image), image.shape), image, factor)
+
+
+@_jit_op
+def _posterize(image, bits, fill=None):
+    b = jnp.clip(jnp.floor(jnp.asarray(bits, image.dtype)), 1, 8)
+    step = jnp.exp2(8 - b)
+    q = _quantize(image).astype(image.dtype)
+    return (jnp.floor(q / step) * step / 255).astype(image.dtype)
+
+
+@_jit_op
+def _contrast(image, factor, fill=None):
+    return _blend(jnp.mean(_gray(image)), image, factor)
+
+
+def _smooth(image):
+    """PIL ``ImageFilter.SMOOTH``: 3x3 kernel [[1,1,1],[1,5,1],[1,1,1]] / 13 on the interior;
+    the one-pixel border is copied unchanged."""
+    h, w, _ = image.shape
+    p = jnp.pad(image, ((1, 1), (1, 1), (0, 0)))
+    acc = 4 * image
+    for di in range(3):
+        for dj in range(3):
+            acc = acc + p[di:di + h, dj:dj + w]
+    blurred = acc / 13
+    rows = jnp.arange(h)[:, None, None]
+    cols = jnp.arange(w)[None, :, None]
+    border = (rows == 0) | (rows == h - 1) | (cols == 0) | (cols == w - 1)
+    return jnp.where(border, image, blurred)
+
+
+@_jit_op
+def _brightness(image, factor, fill=None):
+    return _blend(jnp.zeros((), image.dtype), image, factor)
+
+
+@_jit_op
+def _sharpness(image, factor, fill=None):
+    return _blend(_smooth(image), image, factor)
+
+
+@_jit_op
+def _shear_x(image, shear, fill=0.5):
+    return _affine(image, 1.0, shear, 0.0, 0.0, 1.0, 0.0, fill)
+
+
+@_jit_op
+def _shear_y(image, shear, fill=0.5):
+    return _affine(image, 1.0, 0.0, 0.0, shear, 1.0, 0.0, fill)
+
+
+@_jit_op
+def _translate_x(image, fraction, fill=0.5):
+    px = jnp.trunc(jnp.asarray(fraction, image.dtype) * image.shape[1])
+    return _affine(image, 1.0, 0.0, px, 0.0, 1.0, 0.0, fill)
+
+
+@_jit_op
+def _translate_y(image, fraction, fill=0.5):
+    px = jnp.trunc(jnp.asarray(fraction, image.dtype) * image.shape[0])
+    return _affine(image, 1.0, 0.0, 0.0, 0.0, 1.0, px, fill)
+
+
+# --------------------------------------------------------------------------------------
+# public operations
+# --------------------------------------------------------------------------------------
+def identity(image: Float[Array, "h w c"]) -> Float[Array, "h w c"]:
+    """The identity operation of the 14-op list (thesis App. ``apdx:exp_detail``).
+
+    Example:
+        >>> x = jnp.full((4, 4, 3), 0.5)
+        >>> bool((identity(x) == x).all())
+        True
+    """
+    _check_image(image)
+    return image
+
+
+def auto_contrast(image: Float[Array, "h w c"]) -> Float[Array, "h w c"]:
+    """PIL ``ImageOps.autocontrast`` (no cutoff): per channel
+    ``x -> (x - min_c) / (max_c - min_c)``, unchanged where ``max_c == min_c``.
+
+    PIL truncates ``255 (i - lo) / (hi - lo)`` to an integer; this returns the exact ratio
+    (at most 1/255 above PIL). Thesis App. ``apdx:exp_detail`` (autoContrast).
+
+    Example:
+        >>> x = jnp.linspace(0.2, 0.6, 48).reshape(4, 4, 3)
+        >>> y = auto_contrast(x)
+        >>> float(y.min()), float(y.max())
+        (0.0, 1.0)
+    """
+    _check_image(image)
+    return _auto_contrast(image)
+
+
+def equalize(image: Float[Array, "h w c"]) -> Float[Array, "h w c"]:
+    """PIL ``ImageOps.equalize``, per channel, on the uint8 levels ``i = round(255 x)``.
+
+    With histogram ``h``, ``i_top`` the highest occupied level and
+    ``step = floor((H W - h[i_top]) / 255)``: ``i -> min(255, floor((floor(step / 2) +
+    sum_{j < i} h[j]) / step))``; the identity if only one level is occupied or ``step == 0``.
+    Exact for images with values ``i / 255`` (other inputs are quantized first).
+    Thesis App. ``apdx:exp_detail`` (equalize).
+
+    Example:
+        >>> x = jnp.round(jnp.linspace(0.0, 0.25, 32 * 32 * 3) * 255).reshape(32, 32, 3) / 255
+        >>> float(x.max()), round(float(equalize(x).max()), 3)
+        (0.250980406999588, 1.0)
+    """
+    _check_image(image)
+    return _equalize(image)
+
+
+def rotate(image: Float[Array, "h w c"], degrees: float, *,
+           fill: float = 0.5) -> Float[Array, "h w c"]:
+    """Counter-clockwise rotation about the image centre, nearest neighbour, ``fill`` outside:
+    PIL ``img.rotate(degrees, fillcolor=fill)`` (``dm_pix.affine_transform``, order 0).
+
+    Output pixel centre ``p`` takes the input at ``c + R(-theta) (p - c)``, ``c`` the centre.
+    RandAugment range: ``|degrees|`` from 0 to 30, random sign (thesis App.
+    ``apdx:exp_detail``, rotate). ``rotate(x, 0) == x``.
+
+    Example:
+        >>> x = jnp.zeros((5, 5, 1)).at[2, 4].set(1.0)
+        >>> int(jnp.argmax(rotate(x, 90.0, fill=0.0)[:, :, 0].ravel()))   # (0, 2): moved up
+        2
+    """
+    _check_image(image)
+    _check_scalar("degrees", degrees)
+    _check_fill(fill)
+    return _rotate(image, degrees, fill)
+
+
+def solarize(image: Float[Array, "h w c"], threshold: float) -> Float[Array, "h w c"]:
+    """Invert pixels at or above ``threshold``: ``x -> 1 - x if x >= t else x``
+    (``dm_pix.solarize``; PIL ``ImageOps.solarize(img, 255 t)``).
+
+    RandAugment range: ``t`` from 256/255 (identity) to 0 (full inversion); the reference maps
+    strength ``m`` to the uint8 threshold ``256 - int(25.6 m)``. Thesis App.
+    ``apdx:exp_detail`` (solarize).
+
+    Example:
+        >>> [round(v, 4) for v in solarize(jnp.array([[[0.2, 0.6, 1.0]]]), 0.5).ravel().tolist()]
+        [0.2, 0.4, 0.0]
+    """
+    _check_image(image)
+    _check_scalar("threshold", threshold)
+    return _solarize(image, threshold)
+
+
+def color(image: Float[Array, "h w c"], factor: float) -> Float[Array, "h w c"]:
+    """PIL ``ImageEnhance.Color``: ``clip(g + f (x - g))`` with the luma
+    ``g = 0.299 R + 0.587 G + 0.114 B``; ``f = 0`` gray, ``f = 1`` identity.
+
+    RandAugment range ``f`` 0.05 -> 0.95. Thesis App. ``apdx:exp_detail`` (color).
+
+    Example:
+        >>> y = color(jnp.array([[[1.0, 0.0, 0.0]]]), 0.0)
+        >>> [round(v, 3) for v in y.ravel().tolist()]
+        [0.299, 0.299, 0.299]
+    """
+    _check_image(image)
+    _check_scalar("factor", factor, 0.0)
+    return _color(image, factor)
+
+
+def posterize(image: Float[Array, "h w c"], bits: float) -> Float[Array, "h w c"]:
+    """PIL ``ImageOps.posterize``: keep the top ``floor(bits)`` bits of ``i = round(255 x)``:
+    ``x -> (i & ~(2^(8-b) - 1)) / 255``, ``b = floor(bits)`` in [1, 8] (8: identity).
+
+    RandAugment range ``bits`` 4 -> 8. Thesis App. ``apdx:exp_detail`` (posterize).
+
+    Example:
+        >>> round(float(posterize(jnp.full((1, 1, 1), 200 / 255), 4)[0, 0, 0]) * 255, 3)
+        192.0
+    """
+    _check_image(image)
+    _check_scalar("bits", bits, 1.0, 8.0)
+    return _posterize(image, bits)
+
+
+def contrast(image: Float[Array, "h w c"], factor: float) -> Float[Array, "h w c"]:
+    """PIL ``ImageEnhance.Contrast``: ``clip(mu + f (x - mu))`` with ``mu`` the mean luma of
+    the image (PIL rounds ``mu`` to a uint8 level; we do not); ``f = 1`` identity.
+
+    RandAugment range ``f`` 0.05 -> 0.95. Thesis App. ``apdx:exp_detail`` (contrast).
+
+    Example:
+        >>> float(contrast(jnp.array([[[0.0]], [[1.0]]]), 0.5).max())
+        0.75
+    """
+    _check_image(image)
+    _check_scalar("factor", factor, 0.0)
+    return _contrast(image, factor)
+
+
+def brightness(image: Float[Array, "h w c"], factor: float) -> Float[Array, "h w c"]:
+    """PIL ``ImageEnhance.Brightness``: ``clip(f x)``; ``f = 0`` black, ``f = 1`` identity.
+
+    RandAugment range ``f`` 0.05 -> 0.95. Thesis App. ``apdx:exp_detail`` (brightness).
+
+    Example:
+        >>> brightness(jnp.full((1, 1, 1), 0.8), 0.5).tolist()
+        [[[0.4000000059604645]]]
+    """
+    _check_image(image)
+    _check_scalar("factor", factor, 0.0)
+    return _brightness(image, factor)
+
+
+def sharpness(image: Float[Array, "h w c"], factor: float) -> Float[Array, "h w c"]:
+    """PIL ``ImageEnhance.Sharpness``: ``clip(s + f (x - s))`` with ``s`` the PIL ``SMOOTH``
+    filter of ``x`` (3x3 kernel ``[[1,1,1],[1,5,1],[1,1,1]] / 13`` inside, border pixels
+    unchanged); ``f = 0`` blurred, ``f = 1`` identity, ``f > 1`` sharpened.
+
+    RandAugment range ``f`` 0.05 -> 0.95. Thesis App. ``apdx:exp_detail`` (sharpness).
+
+    Example:
+        >>> x = jnp.zeros((3, 3, 1)).at[1, 1].set(1.0)
+        >>> round(float(sharpness(x, 0.0)[1, 1, 0]), 4)       # 5 / 13
+        0.3846
+    """
+    _check_image(image)
+    _check_scalar("factor", factor, 0.0)
+    return _sharpness(image, factor)
+
+
+def shear_x(image: Float[Array, "h w c"], shear: float, *,
+            fill: float = 0.5) -> Float[Array, "h w c"]:
+    """Horizontal shear about the top-left corner: output ``(x, y)`` takes the input at
+    ``(x + s y, y)`` (PIL ``img.transform(size, AFFINE, (1, s, 0, 0, 1, 0))``, nearest,
+    ``fill`` outside). RandAugment range ``|s|`` 0 -> 0.3, random sign (thesis App.
+    ``apdx:exp_detail``, shear-x). ``shear_x(x, 0) == x``.
+
+    Example:
+        >>> x = jnp.zeros((4, 4, 1)).at[3, 0].set(1.0)
+        >>> float(shear_x(x, -0.5, fill=0.0)[3, 2, 0])          # row 3 moves right by ~2
+        1.0
+    """
+    _check_image(image)
+    _check_scalar("shear", shear)
+    _check_fill(fill)
+    return _shear_x(image, shear, fill)
+
+
+def shear_y(image: Float[Array, "h w c"], shear: float, *,
+            fill: float = 0.5) -> Float[Array, "h w c"]:
+    """Vertical shear about the top-left corner: output ``(x, y)`` takes the input at
+    ``(x, y + s x)`` (PIL ``AFFINE (1, 0, 0, s, 1, 0)``, nearest, ``fill`` outside).
+    RandAugment range ``|s|`` 0 -> 0.3, random sign (thesis App. ``apdx:exp_detail``,
+    shear-y). ``shear_y(x, 0) == x``.
+
+    Example:
+        >>> x = jnp.zeros((4, 4, 1)).at[0, 3].set(1.0)
+        >>> float(shear_y(x, -0.5, fill=0.0)[2, 3, 0])
+        1.0
+    """
+    _check_image(image)
+    _check_scalar("shear", shear)
+    _check_fill(fill)
+    return _shear_y(image, shear, fill)
+
+
+def translate_x(image: Float[Array, "h w c"], fraction: float, *,
+                fill: float = 0.5) -> Float[Array, "h w c"]:
+    """Horizontal shift: output ``(x, y)`` takes the input at ``(x + t, y)`` with
+    ``t = trunc(fraction W)`` pixels (PIL ``AFFINE (1, 0, t, 0, 1, 0)``, ``fill`` outside), so
+    a positive ``fraction`` moves the content left. RandAugment range ``|fraction|`` 0 -> 0.3,
+    random sign (thesis App. ``apdx:exp_detail``, translate-x). ``translate_x(x, 0) == x``.
+
+    Example:
+        >>> x = jnp.zeros((1, 10, 1)).at[0, 5].set(1.0)
+        >>> int(jnp.argmax(translate_x(x, 0.2, fill=0.0)[0, :, 0]))
+        3
+    """
+    _check_image(image)
+    _check_scalar("fraction", fraction)
+    _check_fill(fill)
+    return _translate_x(image, fraction, fill)
+
+
+def translate_y(image: Float[Array, "h w c"], fraction: float, *,
+                fill: float = 0.5) -> Float[Array, "h w c"]:
+    """Vertical shift by ``t = trunc(fraction H)`` pixels: output ``(x, y)`` takes the input
+    at ``(x, y + t)`` (PIL ``AFFINE (1, 0, 0, 0, 1, t)``, ``fill`` outside). RandAugment range
+    ``|fraction|`` 0 -> 0.3, random sign (thesis App. ``apdx:exp_detail``, translate-y).
+
+    Example:
+        >>> x = jnp.zeros((10, 1, 1)).at[5, 0].set(1.0)
+        >>> int(jnp.argmax(translate_y(x, -0.2, fill=0.0)[:, 0, 0]))
+        7
+    """
+    _check_image(image)
+    _check_scalar("fraction", fraction)
+    _check_fill(fill)
+    return _translate_y(image, fraction, fill)
+
+
+#: name -> (public op, parameter at magnitude 0, parameter at magnitude ``max_magnitude``),
+#: in the thesis' order (App. ``apdx:exp_detail``); ranges of the reference
+#: ``fixmatch_augment_pool``. ``None`` for the three parameter-free ops.
+OPS: dict[str, tuple[Callable[..., Any], float | None, float | None]] = {
+    "identity": (identity, None, None),
+    "auto_contrast": (auto_contrast, None, None),
+    "equalize": (equalize, None, None),
+    "rotate": (rotate, 0.0, 30.0),
+    "solarize": (solarize, 256.0 / 255.0, 0.0),
+    "color": (color, 0.05, 0.95),
+    "posterize": (posterize, 4.0, 8.0),
+    "contrast": (contrast, 0.05, 0.95),
+    "brightness": (brightness, 0.05, 0.95),
+    "sharpness": (sharpness, 0.05, 0.95),
+    "shear_x": (shear_x, 0.0, 0.3),
+    "shear_y": (shear_y, 0.0, 0.3),
+    "translate_x": (translate_x, 0.0, 0.3),
+    "translate_y": (translate_y, 0.0, 0.3),
+}
+
+#: Ops whose parameter gets a random sign (probability 1/2 each), as in the reference.
+SIGNED_OPS = frozenset({"rotate", "shear_x", "shear_y", "translate_x", "translate_y"})
+
+_IMPL = {"identity": _identity, "auto_contrast": _auto_contrast, "equalize": _equalize,
+         "rotate": _rotate, "solarize": _solarize, "color": _color, "posterize": _posterize,
+         "contrast": _contrast, "brightness": _brightness, "sharpness": _sharpness,
+         "shear_x": _shear_x, "shear_y": _shear_y, "translate_x": _translate_x,
+         "translate_y": _translate_y}
+_NAMES = tuple(OPS)
+_LO = np.array([0.0 if OPS[n][1] is None else OPS[n][1] for n in _NAMES])
+_HI = np.array([0.0 if OPS[n][2] is None else OPS[n][2] for n in _NAMES])
+_SIGNED = np.array([n in SIGNED_OPS for n in _NAMES])
+
+
+def _check_fill(fill: Any) -> float:
+    """``fill`` is static (dm-pix passes it to ``map_coordinates`` as a static ``cval``)."""
+    if isinstance(fill, bool) or not isinstance(fill, numbers.Real):
+        raise TypeError(f"fill must be a Python float in [0, 1] (it is static under jit); got "
+                        f"{type(fill).__name__}")
+    if not 0.0 <= float(fill) <= 1.0:
+        raise ValueError(f"fill must be in [0, 1]; got {fill}")
+    return float(fill)
+
+
+def _check_magnitude(magnitude, max_magnitude) -> float:
+    if isinstance(max_magnitude, bool) or not isinstance(max_magnitude, numbers.Real):
+        raise TypeError(f"max_magnitude must be a positive Python float; got "
+                        f"{type(max_magnitude).__name__}")
+    if not (np.isfinite(max_magnitude) and max_magnitude > 0):
+        raise ValueError(f"max_magnitude must be > 0; got {max_magnitude}")
+    _check_scalar("magnitude", magnitude, 0.0, float(max_magnitude))
+    return float(max_magnitude)
+
+
+def op_value(name: str, magnitude: float, max_magnitude: float = 10.0) -> Any:
+    """The parameter of op ``name`` at strength ``magnitude``, Eq. (*) of the module docstring:
+    ``v_0 + (v_max - v_0) magnitude / max_magnitude`` (``None`` for parameter-free ops).
+
+    Example:
+        >>> op_value("rotate", 10.0), op_value("brightness", 0.0), op_value("posterize", 5.0)
+        (30.0, 0.05, 6.0)
+    """
+    if name not in OPS:
+        raise ValueError(f"name must be one of {list(OPS)}; got {name!r}")
+    max_magnitude = _check_magnitude(magnitude, max_magnitude)
+    _, lo, hi = OPS[name]
+    if lo is None:
+        return None
+    return lo + (hi - lo) * magnitude / max_magnitude
+
+
+def apply_op(name: str, image: Float[Array, "h w c"], magnitude: float, *, sign: int = 1,
+             max_magnitude: float = 10.0, fill: float = 0.5) -> Float[Array, "h w c"]:
+    """Apply op ``name`` at strength ``magnitude`` (parameter ``sign * op_value(...)`` for the
+    signed ops; ``sign`` is ignored by the others). Thesis App. ``apdx:exp_detail``.
+
+    Example:
+        >>> x = jax.random.uniform(jax.random.key(0), (8, 8, 3))
+        >>> bool((apply_op("rotate", x, 0.0) == x).all())
+        True
+    """
+    if name not in OPS:
+        raise ValueError(f"name must be one of {list(OPS)}; got {name!r}")
+    if sign not in (1, -1):
+        raise ValueError(f"sign must be +1 or -1; got {sign!r}")
+    _check_image(image)
+    _check_fill(fill)
+    v = op_value(name, magnitude, max_magnitude)
+    if v is not None and name in SIGNED_OPS:
+        v = sign * v
+    return _IMPL[name](image, v, fill)
+
+
+# --------------------------------------------------------------------------------------
+# RandAugment
+# --------------------------------------------------------------------------------------
+@functools.partial(jax.jit, static_argnames=("fill", "num_ops", "max_magnitude"))
+def _rand_augment(key, image, magnitude, fill, *, num_ops, max_magnitude):
+    dt = image.dtype
+    frac = jnp.asarray(magnitude, dt) / max_magnitude
+    lo, hi, signed = jnp.asarray(_LO, dt), jnp.asarray(_HI, dt), jnp.asarray(_SIGNED)
+    branches = [functools.partial(lambda f, x, v: f(x, v, fill), _IMPL[n]) for n in _NAMES]
+    for k in jax.random.split(key, num_ops):
+        k_op, k_sign = jax.random.split(k)
+        idx = jax.random.randint(k_op, (), 0, len(_NAMES))
+        v = lo[idx] + (hi[idx] - lo[idx]) * frac
+        v = jnp.where(signed[idx] & jax.random.bernoulli(k_sign), -v, v)
+        image = jax.lax.switch(idx, branches, image, v)
+    return image
+
+
+def rand_augment(key: jax.Array, image: Float[Array, "h w c"], num_ops: int = 2,
+                 magnitude: float = 10.0, *, max_magnitude: float = 10.0,
+                 fill: float = 0.5) -> Float[Array, "h w c"]:
+    """RandAugment (thesis App. ``apdx:exp_detail``): apply ``num_ops`` ops drawn uniformly
+    with replacement from the 14 of :data:`OPS`, in sequence, each at strength ``magnitude``.
+
+    ``x_0 = image``, ``x_j = op_{i_j}(x_{j-1}, +-v_{i_j}(magnitude))`` with
+    ``i_j ~ U{0..13}`` independent, ``v`` from Eq. (*), and a fair random sign for the
+    geometric ops. One key gives one draw (deterministic per key); jit-able (``num_ops`` is
+    static, ``magnitude`` and ``fill`` may be traced) and vmap-able over keys and images
+    (:func:`rand_augment_batch`).
+
+    Args:
+        key: a JAX PRNG key.
+        image: float32/float64 array ``(H, W, C)``, ``C`` in {1, 3}, values in [0, 1].
+        num_ops: number of ops ``n >= 0`` (2 in the thesis; 0 returns ``image``).
+        magnitude: strength in ``[0, max_magnitude]`` (10 in the thesis).
+        max_magnitude: the strength scale (10, the reference ``PARAMETER_MAX``).
+        fill: value of pixels uncovered by rotate/shear/translate, in [0, 1] (the reference
+            uses PIL's default black, ``fill=0``; FixMatch's TF code uses gray 128/255).
+
+    Returns:
+        The augmented image, same shape and dtype, values in [0, 1].
+
+    Example:
+        >>> x = jax.random.uniform(jax.random.key(0), (32, 32, 3))
+        >>> y = rand_augment(jax.random.key(1), x)          # 2 ops at strength 10
+        >>> y.shape, y.dtype
+        ((32, 32, 3), dtype('float32'))
+    """
+    key = V.check_key(key)
+    _check_image(image)
+    num_ops = V.check_int("num_ops", num_ops, low=0)
+    max_magnitude = _check_magnitude(magnitude, max_magnitude)
+    _check_fill(fill)
+    if num_ops == 0:
+        return image
+    return _rand_augment(key, image, magnitude, fill, num_ops=num_ops,
+                         max_magnitude=max_magnitude)
+
+
+def rand_augment_batch(key: jax.Array, images: Float[Array, "b h w c"], num_ops: int = 2,
+                       magnitude: float = 10.0, *, max_magnitude: float = 10.0,
+                       fill: float = 0.5) -> Float[Array, "b h w c"]:
+    """:func:`rand_augment` on each image of a batch with independent keys
+    ``jax.random.split(key, B)`` (``jax.vmap``); image ``b`` gets exactly
+    ``rand_augment(split(key, B)[b], images[b], ...)``.
+
+    Example:
+        >>> xs = jax.random.uniform(jax.random.key(0), (4, 32, 32, 3))
+        >>> rand_augment_batch(jax.random.key(1), xs).shape
+        (4, 32, 32, 3)
+    """
+    key = V.check_key(key)
+    _check_image(images, "images", batched=True)
+    num_ops = V.check_int("num_ops", num_ops, low=0)
+    max_magnitude = _check_magnitude(magnitude, max_magnitude)
+    _check_fill(fill)
+    if num_ops == 0:
+        return images
+    keys = jax.random.split(key, images.shape[0])
+    return jax.vmap(lambda k, x: _rand_augment(k, x, magnitude, fill, num_ops=num_ops,
+                                               max_magnitude=max_magnitude))(keys, images)

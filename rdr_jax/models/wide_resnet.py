@@ -1,0 +1,279 @@
+"""WideResNet-28-2 in Flax NNX, as used by the deep DAC experiments of Chapter 4.
+
+Thesis Sec. ``sec:dac_experiments`` and App. ``apdx:exp_detail``: "We use the same network
+architecture (a WideResNet-28-2 ...)" for DAC and DA-ERM on CIFAR-100; the code of the
+thesis is adapted from the FixMatch PyTorch port (kekmodel/FixMatch-pytorch,
+``models/wideresnet.py``). This module re-implements that network layer for layer (written
+from its description, no code copied), so that parameter counts, initialisation and the
+forward pass agree with the reference:
+
+* stem ``conv3x3(in_channels -> 16)``; three groups of ``n = (depth - 4) / 6`` pre-activation
+  basic blocks with ``16 k, 32 k, 64 k`` channels (``k = widen_factor``; 32, 64, 128 for
+  WRN-28-2) and strides 1, 2, 2; final ``BN - LeakyReLU - global average pool - Linear``.
+* basic block (``in -> out``, stride ``s``)::
+
+      if in == out:            h = act(bn1(x)); y = x + conv2(act(bn2(conv1(h))))
+      elif activate_before:    x = act(bn1(x)); y = sc(x) + conv2(act(bn2(conv1(x))))
+      else:                    y = sc(x) + conv2(act(bn2(conv1(x))))
+
+  with ``act = LeakyReLU(0.1)``, 3x3 convolutions without bias and symmetric padding 1
+  (PyTorch ``padding=1``: a stride-2 convolution of a 32 x 32 map samples rows 0, 2, ..., 30
+  of the 1-padded map, unlike Flax ``'SAME'`` which pads only at the end), ``sc`` a 1x1
+  stride-``s`` convolution, and optional dropout between ``act(bn2(.))`` and ``conv2``.
+  Only the first block of the first group has ``activate_before_residual=True``.
+  **Reference quirk kept on purpose:** in the first block of groups 2 and 3 (``in != out``,
+  no activate-before-residual) the reference evaluates ``bn1`` but feeds the *raw* input to
+  ``conv1`` and the shortcut, so that ``bn1``'s scale/bias get zero gradient while its running
+  statistics still update. We do the same, so the parameter count (1,479,220 for
+  ``WideResNet(100)``) and every activation match the reference.
+* initialisation (reference ``for m in self.modules()`` loop): convolutions
+  ``kaiming_normal_(mode='fan_out', nonlinearity='leaky_relu')`` -- PyTorch's leaky-ReLU gain
+  uses its default slope ``a = 0``, so the gain is ``sqrt(2)`` and
+  ``W ~ N(0, 2 / (k_h k_w C_out))`` (untruncated); BatchNorm scale 1, bias 0; Linear
+  ``xavier_normal_`` ``W ~ N(0, 2 / (fan_in + fan_out))`` (untruncated), bias 0.
+* BatchNorm: ``eps = 1e-5``; PyTorch ``momentum = 0.001`` means
+  ``running = (1 - 0.001) running + 0.001 batch``, which is Flax ``momentum = 0.999``
+  (``bn_momentum`` below takes the PyTorch convention). One documented difference: Flax
+  updates ``running_var`` with the biased batch variance, PyTorch with the unbiased one (a
+  factor ``N / (N - 1)``, ``N = B H W >= 4096`` for batch 64 on CIFAR: < 0.03 %).
+
+Train/eval mode follows NNX: ``model.train()`` (BatchNorm uses batch statistics and updates
+the running ones; dropout active) and ``model.eval()`` (running statistics; no dropout).
+Layout is NHWC.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jaxtyping import Array, Float
+
+from rdr_jax import _validation as V
+
+__all__ = ["WideResNet", "BasicBlock", "conv_init", "linear_init"]
+
+_CHUNK = 1 << 14
+
+
+@functools.partial(jax.jit, static_argnames=("dtype",))
+def _normal_chunk(key, i, dtype):
+    return jax.random.normal(jax.random.fold_in(key, i), (_CHUNK,), dtype)
+
+
+def _normal_init(scale: float, mode: str) -> Callable[..., Array]:
+    """Untruncated ``N(0, scale / fan)`` initializer (``fan`` = ``fan_out`` or the mean of
+    ``fan_in`` and ``fan_out``; receptive field = product of the leading kernel dims), i.e.
+    ``jax.nn.initializers.variance_scaling(scale, mode, "normal")`` in distribution. The
+    normals are drawn in fixed-size chunks ``normal(fold_in(key, i), (2^14,))`` so that one
+    compiled sampler serves every kernel shape (a per-shape sampler compiles once per
+    distinct layer shape, which dominated the construction time of WRN-28-2 on CPU).
+    """
+    def init(key, shape, dtype=jnp.float32):
+        shape = tuple(int(d) for d in shape)
+        receptive = math.prod(shape[:-2])
+        fan_in, fan_out = shape[-2] * receptive, shape[-1] * receptive
+        fan = fan_out if mode == "fan_out" else (fan_in + fan_out) / 2
+        n = math.prod(shape)
+        z = jnp.concatenate([_normal_chunk(key, i, np.dtype(dtype))
+                             for i in range(-(-n // _CHUNK))])
+        return (math.sqrt(scale / fan) * z[:n]).reshape(shape).astype(dtype)
+    return init
+
+
+#: Reference conv init: ``kaiming_normal_(mode='fan_out', nonlinearity='leaky_relu')`` with
+#: PyTorch's default slope ``a = 0`` (gain^2 = 2), i.e. ``N(0, 2 / (k_h k_w C_out))``.
+conv_init = _normal_init(2.0, "fan_out")
+#: Reference linear init: ``xavier_normal_``, i.e. ``N(0, 2 / (fan_in + fan_out))``.
+linear_init = _normal_init(1.0, "fan_avg")
+
+_PAD1 = ((1, 1), (1, 1))  # PyTorch padding=1 (symmetric), also for stride 2
+
+
+def _bn(num_features: int, momentum: float, param_dtype: Any, rngs: nnx.Rngs) -> nnx.BatchNorm:
+    bn = nnx.BatchNorm(num_features, momentum=1.0 - momentum, epsilon=1e-5,
+                       use_fast_variance=False, param_dtype=param_dtype, rngs=rngs)
+    # Flax creates the running statistics in float32 whatever param_dtype is; keep them in
+    # the parameter dtype so that float64 models are float64 throughout.
+    bn.mean = nnx.BatchStat(jnp.zeros((num_features,), param_dtype))
+    bn.var = nnx.BatchStat(jnp.ones((num_features,), param_dtype))
+    return bn
+
+
+def _conv(cin: int, cout: int, k: int, stride: int, param_dtype: Any,
+          rngs: nnx.Rngs) -> nnx.Conv:
+    return nnx.Conv(cin, cout, (k, k), strides=stride, padding=_PAD1 if k == 3 else "VALID",
+                    use_bias=False, kernel_init=conv_init, param_dtype=param_dtype,
+                    precision=jax.lax.Precision.HIGHEST, rngs=rngs)
+
+
+class BasicBlock(nnx.Module):
+    """Pre-activation WRN basic block of the FixMatch reference (see the module docstring).
+
+    Args:
+        in_planes, out_planes: input and output channels (a 1x1 shortcut convolution
+            ``conv_shortcut`` exists iff they differ).
+        stride: stride of ``conv1`` and of the shortcut.
+        activate_before_residual: apply ``act(bn1(.))`` to the input of the shortcut too
+            (only used when ``in_planes != out_planes``, as in the reference).
+        bn_momentum: PyTorch-convention BatchNorm momentum (Flax ``1 - bn_momentum``).
+        leaky_slope: LeakyReLU negative slope.
+        dropout: dropout rate between ``act(bn2(.))`` and ``conv2`` (0 disables it).
+        param_dtype: dtype of the parameters.
+        rngs: NNX random streams (``params``; ``dropout`` when ``dropout > 0``).
+    """
+
+    def __init__(self, in_planes: int, out_planes: int, stride: int, *,
+                 activate_before_residual: bool = False, bn_momentum: float = 0.001,
+                 leaky_slope: float = 0.1, dropout: float = 0.0,
+                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        self.equal_in_out = in_planes == out_planes
+        self.activate_before_residual = bool(activate_before_residual)
+        self.leaky_slope = float(leaky_slope)
+        self.bn1 = _bn(in_planes, bn_momentum, param_dtype, rngs)
+        self.conv1 = _conv(in_planes, out_planes, 3, stride, param_dtype, rngs)
+        self.bn2 = _bn(out_planes, bn_momentum, param_dtype, rngs)
+        self.conv2 = _conv(out_planes, out_planes, 3, 1, param_dtype, rngs)
+        self.conv_shortcut = (None if self.equal_in_out
+                              else _conv(in_planes, out_planes, 1, stride, param_dtype, rngs))
+        self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout > 0 else None
+
+    def _act(self, x):
+        return jax.nn.leaky_relu(x, negative_slope=self.leaky_slope)
+
+    def __call__(self, x: Float[Array, "b h w c"]) -> Float[Array, "b h2 w2 d"]:
+        if self.equal_in_out:
+            out = self.conv1(self._act(self.bn1(x)))
+            shortcut = x
+        else:
+            if self.activate_before_residual:
+                x = self._act(self.bn1(x))
+            else:
+                # Reference quirk: bn1 is evaluated (running statistics update in training
+                # mode) but its output is unused; conv1 and the shortcut see the raw input.
+                self.bn1(x)
+            out = self.conv1(x)
+            shortcut = self.conv_shortcut(x)
+        out = self._act(self.bn2(out))
+        if self.dropout is not None:
+            out = self.dropout(out)
+        return shortcut + self.conv2(out)
+
+
+class WideResNet(nnx.Module):
+    """WideResNet-``depth``-``widen_factor`` of the FixMatch PyTorch code (thesis App.
+    ``apdx:exp_detail``; WRN-28-2 for CIFAR-100 in Sec. ``sec:dac_experiments``).
+
+    ``logits = fc(features(x))``, ``features(x) = mean_{h,w} act(bn(block3(block2(block1(
+    conv1(x))))))`` -- see the module docstring for the blocks, initialisation and the
+    BatchNorm momentum convention.
+
+    Args:
+        num_classes: number of output logits (>= 1).
+        depth: network depth, ``(depth - 4) % 6 == 0`` and ``depth >= 10`` (28 in the thesis);
+            ``n = (depth - 4) / 6`` blocks per group.
+        widen_factor: channel multiplier ``k >= 1`` (2 in the thesis): channels
+            ``16, 16k, 32k, 64k``.
+        in_channels: input channels (3 for CIFAR).
+        bn_momentum: BatchNorm momentum in the PyTorch convention, in (0, 1): the running
+            statistics move by ``bn_momentum`` per step (0.001 as in the reference, i.e. Flax
+            ``momentum = 0.999``).
+        leaky_slope: LeakyReLU negative slope (0.1), >= 0.
+        dropout: dropout rate in [0, 1) inside each block (0: no Dropout layers).
+        param_dtype: dtype of the parameters (extension of the reference signature; float32
+            by default, float64 needs ``jax_enable_x64``). Computation promotes to the wider of
+            the input and parameter dtypes.
+        rngs: NNX random streams (keyword-only).
+
+    Example:
+        >>> from flax import nnx
+        >>> model = WideResNet(100, rngs=nnx.Rngs(0))      # WRN-28-2, 1,479,220 parameters
+        >>> model.eval()
+        >>> model(jnp.zeros((2, 32, 32, 3))).shape
+        (2, 100)
+        >>> model.features(jnp.zeros((2, 32, 32, 3))).shape
+        (2, 128)
+    """
+
+    def __init__(self, num_classes: int, depth: int = 28, widen_factor: int = 2, *,
+                 in_channels: int = 3, bn_momentum: float = 0.001, leaky_slope: float = 0.1,
+                 dropout: float = 0.0, param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        num_classes = V.check_int("num_classes", num_classes, low=1)
+        depth = V.check_int("depth", depth, low=10)
+        if (depth - 4) % 6 != 0:
+            raise ValueError(f"depth must satisfy (depth - 4) % 6 == 0 (e.g. 10, 16, 22, 28); "
+                             f"got {depth}")
+        widen_factor = V.check_int("widen_factor", widen_factor, low=1)
+        in_channels = V.check_int("in_channels", in_channels, low=1)
+        if not isinstance(rngs, nnx.Rngs):
+            raise TypeError(f"rngs must be an nnx.Rngs; got {type(rngs).__name__}")
+        for name, val, lo, hi, lo_open, hi_open in (
+                ("bn_momentum", bn_momentum, 0.0, 1.0, True, True),
+                ("dropout", dropout, 0.0, 1.0, False, True)):
+            if not isinstance(val, (int, float, np.floating, np.integer)) or isinstance(val, bool):
+                raise TypeError(f"{name} must be a float; got {type(val).__name__}")
+            if not ((val > lo if lo_open else val >= lo) and (val < hi if hi_open else val <= hi)):
+                lb, rb = "(" if lo_open else "[", ")" if hi_open else "]"
+                raise ValueError(f"{name} must be in {lb}{lo}, {hi}{rb}; got {val}")
+        if not isinstance(leaky_slope, (int, float, np.floating)) or leaky_slope < 0:
+            raise ValueError(f"leaky_slope must be a float >= 0; got {leaky_slope!r}")
+        param_dtype = V.check_dtype("param_dtype", param_dtype, allow_complex=False)
+
+        self.num_classes = num_classes
+        self.depth = depth
+        self.widen_factor = widen_factor
+        self.in_channels = in_channels
+        self.leaky_slope = float(leaky_slope)
+        channels = [16, 16 * widen_factor, 32 * widen_factor, 64 * widen_factor]
+        self.num_features = channels[3]
+        n = (depth - 4) // 6
+        kw = dict(bn_momentum=float(bn_momentum), leaky_slope=float(leaky_slope),
+                  dropout=float(dropout), param_dtype=param_dtype, rngs=rngs)
+
+        self.conv1 = _conv(in_channels, channels[0], 3, 1, param_dtype, rngs)
+
+        def group(cin, cout, stride, abr):
+            return nnx.List([BasicBlock(cin if i == 0 else cout, cout, stride if i == 0 else 1,
+                                        activate_before_residual=abr, **kw)
+                             for i in range(n)])
+
+        self.block1 = group(channels[0], channels[1], 1, True)
+        self.block2 = group(channels[1], channels[2], 2, False)
+        self.block3 = group(channels[2], channels[3], 2, False)
+        self.bn1 = _bn(channels[3], float(bn_momentum), param_dtype, rngs)
+        self.fc = nnx.Linear(channels[3], num_classes, kernel_init=linear_init,
+                             bias_init=jax.nn.initializers.zeros, param_dtype=param_dtype,
+                             precision=jax.lax.Precision.HIGHEST, rngs=rngs)
+
+    def _check_input(self, x) -> None:
+        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+            raise TypeError(f"x must be an array of shape (B, H, W, {self.in_channels}); "
+                            f"got {type(x).__name__}")
+        if x.ndim != 4:
+            raise ValueError(f"x must have rank 4 (B, H, W, C) in NHWC layout; got shape "
+                             f"{tuple(x.shape)}")
+        if x.shape[-1] != self.in_channels:
+            raise ValueError(f"x must have {self.in_channels} channels (last axis, NHWC); got "
+                             f"shape {tuple(x.shape)}")
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(f"x must be a floating array; got dtype {x.dtype}")
+
+    def features(self, x: Float[Array, "b h w c"]) -> Float[Array, "b f"]:
+        """Pooled penultimate features ``mean_{h,w} act(bn1(block3(...)))``, shape
+        ``(B, 64 * widen_factor)`` (128 for WRN-28-2): the input of the classifier ``fc``.
+        """
+        self._check_input(x)
+        out = self.conv1(x)
+        for blk in (*self.block1, *self.block2, *self.block3):
+            out = blk(out)
+        out = jax.nn.leaky_relu(self.bn1(out), negative_slope=self.leaky_slope)
+        return jnp.mean(out, axis=(1, 2))
+
+    def __call__(self, x: Float[Array, "b h w c"]) -> Float[Array, "b k"]:
+        """Logits ``fc(features(x))`` of shape ``(B, num_classes)``."""
+        return self.fc(self.features(x))
