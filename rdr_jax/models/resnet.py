@@ -1,0 +1,298 @@
+"""torchvision-faithful ResNet backbones (ResNet-34 basic blocks, ResNet-50 bottlenecks) in
+Flax NNX, NHWC.
+
+Thesis App. ``subsec:exp_unet``: the UNet of Chapter 5 (``ch:adawac``) uses "a UNet with a
+ResNet-34 encoder initialized with ImageNet pre-trained weights" through
+segmentation_models_pytorch, whose ResNet encoders are torchvision's ``ResNet`` without the
+average pool and the classifier. This module re-implements torchvision's network layer for
+layer (written from its description, no code copied) so that parameter names, shapes, counts
+and the forward pass agree, and torchvision ImageNet weights load one-to-one
+(:func:`rdr_jax.models.pretrained.load_torchvision_resnet`):
+
+* stem ``conv1`` 7x7 stride 2 padding 3 (no bias) - ``bn1`` - ReLU - ``maxpool`` 3x3 stride 2
+  padding 1 (padding by ``-inf``), then four stages ``layer1..layer4`` with ``widths``
+  ``(64, 128, 256, 512)`` channels and strides ``1, 2, 2, 2``;
+* ``BasicBlock`` (ResNet-18/34): ``y = relu(bn2(conv2(relu(bn1(conv1(x))))) + sc(x))`` with 3x3
+  convolutions, ``conv1`` carrying the stride, expansion 1;
+* ``Bottleneck`` (ResNet-50/101/152, torchvision "v1.5": the stride sits on the 3x3 ``conv2``):
+  ``1x1 (w) - 3x3 (w, stride) - 1x1 (4 w)``, expansion 4;
+* shortcut ``sc`` = identity, or ``downsample = [1x1 conv (stride), BatchNorm]`` when the
+  stride is not 1 or the channel count changes (torchvision ``downsample.0/.1``);
+* all convolutions without bias and with PyTorch's symmetric padding (a stride-2 3x3
+  convolution pads one row/column on *both* sides, unlike Flax ``'SAME'``);
+* initialisation as torchvision: convolutions ``kaiming_normal_(mode='fan_out',
+  nonlinearity='relu')`` i.e. ``W ~ N(0, 2 / (k_h k_w C_out))``, BatchNorm scale 1 / bias 0,
+  ``fc`` PyTorch's default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` for weight and bias;
+* BatchNorm ``eps = 1e-5``, PyTorch ``momentum = 0.1`` (Flax ``momentum = 0.9``). One
+  documented difference: Flax updates ``running_var`` with the biased batch variance, PyTorch
+  with the unbiased one (a factor ``N / (N - 1)``, ``N = B H W``).
+
+Parameter counts (trainable parameters, BatchNorm running statistics excluded): ResNet-34
+without ``fc`` 21,284,672 (torchvision's 21,797,672 minus the 513,000 of ``fc``), ResNet-50
+without ``fc`` 23,508,032 (25,557,032 minus 2,049,000).
+
+Train/eval mode follows NNX: ``model.train()`` (batch statistics, running ones updated),
+``model.eval()`` (running statistics).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float
+
+from rdr_jax import _validation as V
+
+__all__ = ["ResNet", "BasicBlock", "Bottleneck", "resnet34", "resnet50", "torch_conv_init",
+           "torch_default_conv_init", "torch_default_bias_init", "check_nhwc_input",
+           "check_int_tuple", "batch_norm", "conv2d"]
+
+#: torchvision conv init ``kaiming_normal_(mode='fan_out', nonlinearity='relu')``.
+torch_conv_init = jax.nn.initializers.variance_scaling(2.0, "fan_out", "normal")
+#: PyTorch's default ``Conv2d``/``Linear`` weight init ``kaiming_uniform_(a=sqrt(5))``, i.e.
+#: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
+torch_default_conv_init = jax.nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+
+
+def torch_default_bias_init(fan_in: int):
+    """PyTorch's default bias init ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` as a JAX initializer."""
+    bound = 1.0 / math.sqrt(fan_in)
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
+
+
+_HI = jax.lax.Precision.HIGHEST
+
+
+def conv2d(cin: int, cout: int, k: int, stride: int = 1, *, padding: int | None = None,
+           use_bias: bool = False, kernel_init=torch_conv_init, bias_init=None,
+           param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> nnx.Conv:
+    """A ``k x k`` convolution with PyTorch's symmetric ``padding`` (default ``k // 2``)."""
+    p = k // 2 if padding is None else padding
+    kw = {}
+    if use_bias:
+        kw["bias_init"] = bias_init if bias_init is not None else jax.nn.initializers.zeros
+    return nnx.Conv(cin, cout, (k, k), strides=stride, padding=((p, p), (p, p)),
+                    use_bias=use_bias, kernel_init=kernel_init, param_dtype=param_dtype,
+                    precision=_HI, rngs=rngs, **kw)
+
+
+def batch_norm(c: int, *, param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> nnx.BatchNorm:
+    """PyTorch ``BatchNorm2d(c)`` defaults: eps 1e-5, momentum 0.1 (Flax 0.9), scale 1, bias 0.
+
+    The running statistics are kept in ``param_dtype`` (Flax always creates them in float32,
+    which would cost a float64 model its precision in evaluation mode).
+    """
+    bn = nnx.BatchNorm(c, momentum=0.9, epsilon=1e-5, use_fast_variance=False,
+                       param_dtype=param_dtype, rngs=rngs)
+    bn.mean = nnx.BatchStat(jnp.zeros((c,), param_dtype))
+    bn.var = nnx.BatchStat(jnp.ones((c,), param_dtype))
+    return bn
+
+
+def check_int_tuple(name: str, value: Any, length: int | None = None, low: int = 1
+                    ) -> tuple[int, ...]:
+    """Check a sequence of ints (each ``>= low``; ``length`` entries if given)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{name} must be a sequence of ints; got {type(value).__name__}")
+    out = tuple(V.check_int(f"{name}[{i}]", v, low=low) for i, v in enumerate(value))
+    if length is not None and len(out) != length:
+        raise ValueError(f"{name} must have {length} entries; got {len(out)}: {out}")
+    if not out:
+        raise ValueError(f"{name} must not be empty")
+    return out
+
+
+def check_nhwc_input(x: Any, channels: int | tuple[int, ...], name: str = "x") -> None:
+    """Check a rank-4 NHWC floating array whose channel count is in ``channels``."""
+    chans = (channels,) if isinstance(channels, int) else tuple(channels)
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise TypeError(f"{name} must be an array of shape (B, H, W, C) (NHWC); "
+                        f"got {type(x).__name__}")
+    if x.ndim != 4:
+        raise ValueError(f"{name} must have rank 4 (B, H, W, C) in NHWC layout; got shape "
+                         f"{tuple(x.shape)}")
+    if x.shape[-1] not in chans:
+        want = " or ".join(str(c) for c in chans)
+        raise ValueError(f"{name} must have {want} channels (last axis, NHWC); got shape "
+                         f"{tuple(x.shape)}")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"{name} must be a floating array; got dtype {x.dtype}")
+
+
+class BasicBlock(nnx.Module):
+    """torchvision ``BasicBlock``: ``relu(bn2(conv2(relu(bn1(conv1(x))))) + sc(x))``.
+
+    Args:
+        cin: input channels. planes: output channels (expansion 1). stride: stride of
+            ``conv1`` and of the ``downsample`` shortcut (present iff ``stride != 1`` or
+            ``cin != planes``). param_dtype: parameter dtype. rngs: NNX random streams.
+    """
+
+    expansion = 1
+
+    def __init__(self, cin: int, planes: int, stride: int = 1, *,
+                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        kw = dict(param_dtype=param_dtype, rngs=rngs)
+        self.conv1 = conv2d(cin, planes, 3, stride, **kw)
+        self.bn1 = batch_norm(planes, **kw)
+        self.conv2 = conv2d(planes, planes, 3, 1, **kw)
+        self.bn2 = batch_norm(planes, **kw)
+        self.downsample = (nnx.List([conv2d(cin, planes, 1, stride, **kw),
+                                     batch_norm(planes, **kw)])
+                           if stride != 1 or cin != planes else None)
+
+    def __call__(self, x: Float[Array, "b h w c"]) -> Float[Array, "b h2 w2 d"]:
+        out = jax.nn.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        sc = x if self.downsample is None else self.downsample[1](self.downsample[0](x))
+        return jax.nn.relu(out + sc)
+
+
+class Bottleneck(nnx.Module):
+    """torchvision ``Bottleneck`` (v1.5, stride on the 3x3 ``conv2``), expansion 4:
+    ``relu(bn3(conv3(relu(bn2(conv2(relu(bn1(conv1(x)))))))) + sc(x))``.
+
+    Args:
+        cin: input channels. planes: bottleneck width (output ``4 * planes``). stride: stride
+            of ``conv2`` and of the shortcut. param_dtype, rngs: as for :class:`BasicBlock`.
+    """
+
+    expansion = 4
+
+    def __init__(self, cin: int, planes: int, stride: int = 1, *,
+                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        kw = dict(param_dtype=param_dtype, rngs=rngs)
+        cout = planes * self.expansion
+        self.conv1 = conv2d(cin, planes, 1, 1, **kw)
+        self.bn1 = batch_norm(planes, **kw)
+        self.conv2 = conv2d(planes, planes, 3, stride, **kw)
+        self.bn2 = batch_norm(planes, **kw)
+        self.conv3 = conv2d(planes, cout, 1, 1, **kw)
+        self.bn3 = batch_norm(cout, **kw)
+        self.downsample = (nnx.List([conv2d(cin, cout, 1, stride, **kw),
+                                     batch_norm(cout, **kw)])
+                           if stride != 1 or cin != cout else None)
+
+    def __call__(self, x: Float[Array, "b h w c"]) -> Float[Array, "b h2 w2 d"]:
+        out = jax.nn.relu(self.bn1(self.conv1(x)))
+        out = jax.nn.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        sc = x if self.downsample is None else self.downsample[1](self.downsample[0](x))
+        return jax.nn.relu(out + sc)
+
+
+_BLOCKS = {"basic": BasicBlock, "bottleneck": Bottleneck}
+
+
+class ResNet(nnx.Module):
+    """torchvision ``ResNet`` (NHWC), optionally without the classifier (a backbone).
+
+    ``features(x)`` returns the five feature maps used by UNet-style encoders:
+    ``relu(bn1(conv1(x)))`` at ``H/2`` and the outputs of ``layer1..layer4`` at ``H/4, H/8,
+    H/16, H/32`` (channels ``widths[0]`` and ``e * widths``, ``e`` the block expansion).
+    ``__call__`` returns ``fc(mean_{h,w} layer4)`` when ``num_classes`` is set, else the
+    ``layer4`` map.
+
+    Args:
+        block: ``"basic"`` (ResNet-18/34) or ``"bottleneck"`` (ResNet-50/101/152).
+        depths: blocks per stage, e.g. ``(3, 4, 6, 3)`` for ResNet-34 and ResNet-50.
+        widths: stage widths (``planes``), default ``(64, 128, 256, 512)``; the stem has
+            ``widths[0]`` channels.
+        in_channels: input channels of ``conv1`` (3 for ImageNet weights).
+        num_classes: size of the ``fc`` classifier, or ``None`` for a backbone without it.
+        param_dtype: parameter dtype (float32 default; float64 needs ``jax_enable_x64``).
+        rngs: NNX random streams (keyword-only).
+
+    Example:
+        >>> from flax import nnx
+        >>> net = resnet34(rngs=nnx.Rngs(0)); net.eval()
+        >>> [f.shape for f in net.features(jnp.zeros((1, 64, 64, 3)))]
+        [(1, 32, 32, 64), (1, 16, 16, 64), (1, 8, 8, 128), (1, 4, 4, 256), (1, 2, 2, 512)]
+    """
+
+    def __init__(self, block: str, depths: Sequence[int],
+                 widths: Sequence[int] = (64, 128, 256, 512), *, in_channels: int = 3,
+                 num_classes: int | None = None, param_dtype: Any = jnp.float32,
+                 rngs: nnx.Rngs):
+        if block not in _BLOCKS:
+            raise ValueError(f"block must be 'basic' or 'bottleneck'; got {block!r}")
+        depths = check_int_tuple("depths", depths, 4)
+        widths = check_int_tuple("widths", widths, 4)
+        in_channels = V.check_int("in_channels", in_channels, low=1)
+        if num_classes is not None:
+            num_classes = V.check_int("num_classes", num_classes, low=1)
+        if not isinstance(rngs, nnx.Rngs):
+            raise TypeError(f"rngs must be an nnx.Rngs; got {type(rngs).__name__}")
+        param_dtype = V.check_dtype("param_dtype", param_dtype, allow_complex=False)
+        cls = _BLOCKS[block]
+        self.block = block
+        self.depths, self.widths = depths, widths
+        self.in_channels = in_channels
+        self.num_classes = num_classes
+        self.param_dtype = param_dtype
+        kw = dict(param_dtype=param_dtype, rngs=rngs)
+        self.conv1 = conv2d(in_channels, widths[0], 7, 2, padding=3, **kw)
+        self.bn1 = batch_norm(widths[0], **kw)
+        cin = widths[0]
+        stages = []
+        for s, (n, w) in enumerate(zip(depths, widths)):
+            blocks = []
+            for i in range(n):
+                blocks.append(cls(cin, w, (1 if s == 0 else 2) if i == 0 else 1, **kw))
+                cin = w * cls.expansion
+            stages.append(nnx.List(blocks))
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        #: channels of the five ``features`` maps.
+        self.feature_channels = (widths[0],) + tuple(w * cls.expansion for w in widths)
+        self.fc = (nnx.Linear(cin, num_classes, kernel_init=torch_default_conv_init,
+                              bias_init=torch_default_bias_init(cin),
+                              param_dtype=param_dtype, precision=_HI, rngs=rngs)
+                   if num_classes is not None else None)
+
+    def features(self, x: Float[Array, "b h w c"]) -> tuple[Array, ...]:
+        """The stem output and the four stage outputs (see the class docstring)."""
+        check_nhwc_input(x, self.in_channels)
+        x = x.astype(jnp.promote_types(x.dtype, self.param_dtype))
+        f0 = jax.nn.relu(self.bn1(self.conv1(x)))
+        h = nnx.max_pool(f0, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+        feats = [f0]
+        for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
+            for blk in stage:
+                h = blk(h)
+            feats.append(h)
+        return tuple(feats)
+
+    def __call__(self, x: Float[Array, "b h w c"]) -> Array:
+        """Logits ``(B, num_classes)`` if the model has ``fc``, else the ``layer4`` map."""
+        h = self.features(x)[-1]
+        if self.fc is None:
+            return h
+        return self.fc(jnp.mean(h, axis=(1, 2)))
+
+
+def resnet34(*, in_channels: int = 3, num_classes: int | None = None,
+             widths: Sequence[int] = (64, 128, 256, 512),
+             depths: Sequence[int] = (3, 4, 6, 3), param_dtype: Any = jnp.float32,
+             rngs: nnx.Rngs) -> ResNet:
+    """torchvision ``resnet34`` (basic blocks, depths ``(3, 4, 6, 3)``); ``num_classes=None``
+    drops ``fc`` (21,284,672 parameters)."""
+    return ResNet("basic", depths, widths, in_channels=in_channels, num_classes=num_classes,
+                  param_dtype=param_dtype, rngs=rngs)
+
+
+def resnet50(*, in_channels: int = 3, num_classes: int | None = None,
+             widths: Sequence[int] = (64, 128, 256, 512),
+             depths: Sequence[int] = (3, 4, 6, 3), param_dtype: Any = jnp.float32,
+             rngs: nnx.Rngs) -> ResNet:
+    """torchvision ``resnet50`` (bottlenecks, depths ``(3, 4, 6, 3)``); ``num_classes=None``
+    drops ``fc`` (23,508,032 parameters)."""
+    return ResNet("bottleneck", depths, widths, in_channels=in_channels,
+                  num_classes=num_classes, param_dtype=param_dtype, rngs=rngs)

@@ -1,0 +1,455 @@
+"""TransUNet (R50 + ViT-B/16 hybrid encoder, cascaded upsampler) in Flax NNX, NHWC.
+
+Thesis Sec. ``sec:experiments_adawac`` and App. ``app:imp`` (Chapter 5, ``ch:adawac``): "we
+follow the official implementation of TransUNet" (Beckschen/TransUNet, ``vit_seg_modeling.py``
+and ``vit_seg_modeling_resnet_skip.py``, configuration ``R50-ViT-B_16``). This module
+re-implements that network layer for layer (written from its description, no code copied):
+
+**Hybrid CNN (``ResNetV2``, R50 with 3 stages).** ``root``: ``StdConv 7x7 / 2`` (padding 3,
+no bias) ``- GroupNorm(32, eps 1e-6) - ReLU`` at ``H/2`` (skip 3), then ``MaxPool 3x3 / 2``
+*without* padding, then stages ``block1..block3`` of ``resnet_units = (3, 4, 9)`` bottleneck
+units (``cmid = w, 2w, 4w``, ``cout = 4w, 8w, 16w``, ``w = width = 64``; strides 1, 2, 2).
+A unit is (despite its reference name ``PreActBottleneck``) post-activation::
+
+    y = relu(gn1(conv1(x)));  y = relu(gn2(conv2(y)));  y = gn3(conv3(y))
+    out = relu(y + gn_proj(conv_proj(x)))     # projection iff stride != 1 or cin != cout
+
+with ``conv1``/``conv3`` 1x1, ``conv2`` 3x3 carrying the stride, all weight-standardised
+(:class:`StdConv`: ``W <- (W - mean) / sqrt(var + 1e-5)`` over each output filter, biased
+variance), ``gn1..gn3 = GroupNorm(32, eps 1e-6)`` and ``gn_proj = GroupNorm(cout, cout)``
+(one channel per group, PyTorch's default eps 1e-5). The outputs of ``block1`` (``4w`` channels;
+``H/4 - 1`` rows after the unpadded max-pool, zero-padded at the bottom/right to ``H/4`` as the
+reference does; skip 2) and ``block2`` (``8w`` at ``H/8``; skip 1) are the skip features;
+``block3`` gives ``16w = 1024`` channels at ``H/16``.
+
+**Embeddings.** A ``1x1`` convolution (with bias; patch size ``img_size // 16 // grid = 1``)
+maps the R50 output to ``hidden = 768`` channels on the ``14 x 14`` grid (224 input), flattened
+to ``N = 196`` tokens, plus learned position embeddings (no class token), then dropout.
+
+**Transformer encoder (ViT-B).** ``num_layers = 12`` pre-LN blocks
+``x <- x + Attn(LN(x));  x <- x + MLP(LN(x))`` (LayerNorm eps 1e-6), multi-head attention with
+``num_heads = 12`` heads, separate ``query/key/value/out`` dense layers ``hidden -> hidden``,
+``softmax(q k^T / sqrt(hidden / heads))``, attention and projection dropout
+``attention_dropout_rate = 0``; MLP ``hidden -> mlp_dim = 3072 -> hidden`` with exact (erf)
+GELU and dropout ``dropout_rate = 0.1`` after each dense layer; final ``encoder_norm``.
+
+**Decoder (``DecoderCup``).** Tokens reshaped to the grid, ``conv_more = conv3x3 (no bias) -
+BN - ReLU`` to ``head_channels = 512``; four blocks with ``decoder_channels = (256, 128, 64,
+16)``: bilinear x2 upsampling *with aligned corners* (PyTorch ``UpsamplingBilinear2d``),
+concatenation of skip ``i`` for ``i < n_skip = 3`` (skip channels ``[8w, 4w, w] =
+[512, 256, 64]``; the 4th block has none), two ``conv3x3 - BN - ReLU``. **Head:** ``conv3x3``
+(with bias) to ``num_classes`` logits at full resolution.
+
+**Single-channel input** is repeated to 3 channels (reference ``x.repeat(1, 3, 1, 1)`` when
+``C == 1``). **Initialisation** follows the reference's PyTorch defaults: convolutions and
+attention dense layers ``U(+-1/sqrt(fan_in))`` (weights and biases), MLP ``xavier_uniform_``
+weights with ``N(0, 1e-6)`` biases, position embeddings zero, norms scale 1 / bias 0; in
+practice the hybrid encoder is loaded from ``R50+ViT-B_16.npz``
+(:func:`rdr_jax.models.pretrained.load_r50_vit_b16`).
+
+**Consistency features.** ``__call__`` returns ``(logits, z)`` where ``z`` is the transformer
+output (after ``encoder_norm``) reshaped to the grid, ``(B, 14, 14, 768)`` at 224 input: the
+encoder output ``phi_theta(x)`` of AdaWAC's consistency term (thesis Eq.
+``eq:objective_dac_encoder_weighted_adawac``; implementation notes, "Chapter 5").
+
+BatchNorm in the decoder: eps 1e-5, PyTorch momentum 0.1 (Flax 0.9); Flax updates the running
+variance with the biased batch variance (PyTorch: unbiased). Train/eval via ``model.train()`` /
+``model.eval()`` (BatchNorm statistics, dropout).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jaxtyping import Array, Float
+
+from rdr_jax import _validation as V
+from rdr_jax.models.resnet import (batch_norm, check_int_tuple, check_nhwc_input, conv2d,
+                                   torch_default_bias_init, torch_default_conv_init)
+
+__all__ = ["TransUNet", "StdConv", "R50Unit", "ResNetV2", "ViTBlock", "DecoderCup",
+           "upsample_bilinear_align_corners"]
+
+_HI = jax.lax.Precision.HIGHEST
+_xavier = jax.nn.initializers.variance_scaling(1.0, "fan_avg", "uniform")
+
+
+def _float(name: str, value: Any, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a float; got {type(value).__name__}")
+    if not low <= value < high:
+        raise ValueError(f"{name} must be in [{low}, {high}); got {value}")
+    return float(value)
+
+
+def _interp_matrix(n: int, dtype: Any) -> np.ndarray:
+    """``(2n, n)`` matrix of bilinear x2 interpolation with aligned corners."""
+    m = np.zeros((2 * n, n), dtype=np.float64)
+    if n == 1:
+        m[:, 0] = 1.0
+        return m.astype(dtype)
+    src = np.arange(2 * n) * (n - 1) / (2 * n - 1)
+    lo = np.minimum(np.floor(src).astype(int), n - 1)
+    hi = np.minimum(lo + 1, n - 1)
+    frac = src - lo
+    np.add.at(m, (np.arange(2 * n), lo), 1.0 - frac)
+    np.add.at(m, (np.arange(2 * n), hi), frac)
+    return m.astype(dtype)
+
+
+def upsample_bilinear_align_corners(x: Float[Array, "b h w c"]) -> Float[Array, "b 2h 2w c"]:
+    """Bilinear x2 upsampling with aligned corners (PyTorch ``UpsamplingBilinear2d(2)``).
+
+    Output pixel ``i`` of an axis of length ``n`` samples the input at
+    ``s_i = i (n - 1) / (2n - 1)``, interpolating linearly between ``floor(s_i)`` and
+    ``floor(s_i) + 1``; so the first and last pixels of input and output coincide.
+
+    Example:
+        >>> upsample_bilinear_align_corners(jnp.arange(2.0).reshape(1, 2, 1, 1))[0, :, 0, 0]
+        Array([0.        , 0.33333334, 0.6666667 , 1.        ], dtype=float32)
+    """
+    mh = jnp.asarray(_interp_matrix(x.shape[1], np.dtype(x.dtype)))
+    mw = jnp.asarray(_interp_matrix(x.shape[2], np.dtype(x.dtype)))
+    y = jnp.einsum("ih,bhwc->biwc", mh, x, precision=_HI)
+    return jnp.einsum("jw,biwc->bijc", mw, y, precision=_HI)
+
+
+class StdConv(nnx.Module):
+    """Weight-standardised convolution (reference ``StdConv2d``), no bias, PyTorch padding.
+
+    ``y = conv(x, (W - mean(W)) / sqrt(var(W) + 1e-5))`` with mean and (biased) variance over
+    each output filter's ``k x k x C_in`` entries. Kernel layout HWIO (``kernel``).
+    """
+
+    def __init__(self, cin: int, cout: int, k: int, stride: int = 1, *, padding: int = 0,
+                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        self.stride = stride
+        self.padding = padding
+        self.kernel = nnx.Param(torch_default_conv_init(rngs.params(), (k, k, cin, cout),
+                                                        param_dtype))
+
+    def __call__(self, x: Float[Array, "b h w c"]) -> Float[Array, "b h2 w2 d"]:
+        w = self.kernel[...]
+        dt = jnp.promote_types(x.dtype, w.dtype)
+        w = w.astype(dt)
+        mean = jnp.mean(w, axis=(0, 1, 2), keepdims=True)
+        var = jnp.mean(jnp.square(w - mean), axis=(0, 1, 2), keepdims=True)
+        w = (w - mean) / jnp.sqrt(var + 1e-5)
+        p = self.padding
+        return jax.lax.conv_general_dilated(
+            x.astype(dt), w, (self.stride, self.stride), ((p, p), (p, p)),
+            dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=_HI)
+
+
+def _gn(c: int, groups: int, eps: float, param_dtype: Any, rngs: nnx.Rngs) -> nnx.GroupNorm:
+    return nnx.GroupNorm(c, num_groups=groups, epsilon=eps, use_fast_variance=False,
+                         param_dtype=param_dtype, rngs=rngs)
+
+
+class R50Unit(nnx.Module):
+    """Bottleneck unit of TransUNet's R50 (see the module docstring for the formula)."""
+
+    def __init__(self, cin: int, cout: int, cmid: int, stride: int = 1, *,
+                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        kw = dict(param_dtype=param_dtype, rngs=rngs)
+        self.conv1 = StdConv(cin, cmid, 1, **kw)
+        self.gn1 = _gn(cmid, 32, 1e-6, param_dtype, rngs)
+        self.conv2 = StdConv(cmid, cmid, 3, stride, padding=1, **kw)
+        self.gn2 = _gn(cmid, 32, 1e-6, param_dtype, rngs)
+        self.conv3 = StdConv(cmid, cout, 1, **kw)
+        self.gn3 = _gn(cout, 32, 1e-6, param_dtype, rngs)
+        has_proj = stride != 1 or cin != cout
+        self.conv_proj = StdConv(cin, cout, 1, stride, **kw) if has_proj else None
+        self.gn_proj = _gn(cout, cout, 1e-5, param_dtype, rngs) if has_proj else None
+
+    def __call__(self, x: Float[Array, "b h w c"]) -> Float[Array, "b h2 w2 d"]:
+        res = x if self.conv_proj is None else self.gn_proj(self.conv_proj(x))
+        y = jax.nn.relu(self.gn1(self.conv1(x)))
+        y = jax.nn.relu(self.gn2(self.conv2(y)))
+        y = self.gn3(self.conv3(y))
+        return jax.nn.relu(res + y)
+
+
+class ResNetV2(nnx.Module):
+    """TransUNet's R50 hybrid backbone: root + three stages; returns the ``block3`` map and
+    the skip features ``[block2 (8w, H/8), block1 zero-padded (4w, H/4), root (w, H/2)]``."""
+
+    def __init__(self, units: Sequence[int], width: int, in_channels: int = 3, *,
+                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        kw = dict(param_dtype=param_dtype, rngs=rngs)
+        self.width = width
+        self.root_conv = StdConv(in_channels, width, 7, 2, padding=3, **kw)
+        self.root_gn = _gn(width, 32, 1e-6, param_dtype, rngs)
+        body = []
+        cin = width
+        for s, n in enumerate(units):
+            cmid, cout = width * 2 ** s, width * 4 * 2 ** s
+            blk = []
+            for i in range(n):
+                blk.append(R50Unit(cin, cout, cmid, (1 if s == 0 else 2) if i == 0 else 1,
+                                   **kw))
+                cin = cout
+            body.append(nnx.List(blk))
+        self.body = nnx.List(body)
+        self.out_channels = cin
+
+    def __call__(self, x: Float[Array, "b h w c"]) -> tuple[Array, list[Array]]:
+        in_size = x.shape[1]
+        x = jax.nn.relu(self.root_gn(self.root_conv(x)))
+        feats = [x]
+        x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding="VALID")
+        for i, stage in enumerate(self.body):
+            for unit in stage:
+                x = unit(x)
+            if i == len(self.body) - 1:
+                break
+            right = int(in_size / 4 / (i + 1))
+            pad = right - x.shape[1]
+            if pad != 0:
+                if not 0 < pad < 3:
+                    raise ValueError(f"x: feature map of stage {i + 1} has {x.shape[1]} rows, "
+                                     f"expected {right}; use img_size divisible by 16")
+                x_skip = jnp.pad(x, ((0, 0), (0, pad), (0, right - x.shape[2]), (0, 0)))
+            else:
+                x_skip = x
+            feats.append(x_skip)
+        return x, feats[::-1]
+
+
+class ViTAttention(nnx.Module):
+    """Multi-head self-attention with separate ``query/key/value/out`` dense layers."""
+
+    def __init__(self, hidden: int, num_heads: int, attention_dropout_rate: float, *,
+                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        self.num_heads = num_heads
+        self.head_dim = hidden // num_heads
+
+        def lin():
+            return nnx.Linear(hidden, hidden, kernel_init=torch_default_conv_init,
+                              bias_init=torch_default_bias_init(hidden),
+                              param_dtype=param_dtype, precision=_HI, rngs=rngs)
+
+        self.query, self.key, self.value, self.out = lin(), lin(), lin(), lin()
+        self.attn_dropout = nnx.Dropout(attention_dropout_rate, rngs=rngs)
+        self.proj_dropout = nnx.Dropout(attention_dropout_rate, rngs=rngs)
+
+    def __call__(self, x: Float[Array, "b n d"]) -> Float[Array, "b n d"]:
+        b, n, d = x.shape
+        q = self.query(x).reshape(b, n, self.num_heads, self.head_dim)
+        k = self.key(x).reshape(b, n, self.num_heads, self.head_dim)
+        v = self.value(x).reshape(b, n, self.num_heads, self.head_dim)
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision=_HI) / math.sqrt(self.head_dim)
+        p = self.attn_dropout(jax.nn.softmax(s, axis=-1))
+        ctx = jnp.einsum("bhqk,bkhd->bqhd", p, v, precision=_HI).reshape(b, n, d)
+        return self.proj_dropout(self.out(ctx))
+
+
+class ViTMlp(nnx.Module):
+    """``dropout(fc2(dropout(gelu(fc1(x)))))`` with exact GELU."""
+
+    def __init__(self, hidden: int, mlp_dim: int, dropout_rate: float, *,
+                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        bias = jax.nn.initializers.normal(1e-6)
+        self.fc1 = nnx.Linear(hidden, mlp_dim, kernel_init=_xavier, bias_init=bias,
+                              param_dtype=param_dtype, precision=_HI, rngs=rngs)
+        self.fc2 = nnx.Linear(mlp_dim, hidden, kernel_init=_xavier, bias_init=bias,
+                              param_dtype=param_dtype, precision=_HI, rngs=rngs)
+        self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
+
+    def __call__(self, x: Float[Array, "b n d"]) -> Float[Array, "b n d"]:
+        x = self.dropout(jax.nn.gelu(self.fc1(x), approximate=False))
+        return self.dropout(self.fc2(x))
+
+
+class ViTBlock(nnx.Module):
+    """Pre-LN transformer block ``x + Attn(LN(x))`` then ``x + MLP(LN(x))``."""
+
+    def __init__(self, hidden: int, num_heads: int, mlp_dim: int, dropout_rate: float,
+                 attention_dropout_rate: float, *, param_dtype: Any = jnp.float32,
+                 rngs: nnx.Rngs):
+        kw = dict(param_dtype=param_dtype, rngs=rngs)
+        self.attention_norm = nnx.LayerNorm(hidden, epsilon=1e-6, use_fast_variance=False, **kw)
+        self.attn = ViTAttention(hidden, num_heads, attention_dropout_rate, **kw)
+        self.ffn_norm = nnx.LayerNorm(hidden, epsilon=1e-6, use_fast_variance=False, **kw)
+        self.ffn = ViTMlp(hidden, mlp_dim, dropout_rate, **kw)
+
+    def __call__(self, x: Float[Array, "b n d"]) -> Float[Array, "b n d"]:
+        x = x + self.attn(self.attention_norm(x))
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class _ConvBNReLU(nnx.Module):
+    def __init__(self, cin: int, cout: int, *, param_dtype: Any, rngs: nnx.Rngs):
+        self.conv = conv2d(cin, cout, 3, kernel_init=torch_default_conv_init,
+                           param_dtype=param_dtype, rngs=rngs)
+        self.bn = batch_norm(cout, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x):
+        return jax.nn.relu(self.bn(self.conv(x)))
+
+
+class _DecoderBlock(nnx.Module):
+    def __init__(self, cin: int, cout: int, cskip: int, *, param_dtype: Any, rngs: nnx.Rngs):
+        self.conv1 = _ConvBNReLU(cin + cskip, cout, param_dtype=param_dtype, rngs=rngs)
+        self.conv2 = _ConvBNReLU(cout, cout, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x, skip=None):
+        x = upsample_bilinear_align_corners(x)
+        if skip is not None:
+            x = jnp.concatenate([x, skip], axis=-1)
+        return self.conv2(self.conv1(x))
+
+
+class DecoderCup(nnx.Module):
+    """TransUNet's cascaded upsampler: ``conv_more`` then four upsampling blocks with skips."""
+
+    def __init__(self, hidden: int, head_channels: int, decoder_channels: Sequence[int],
+                 skip_channels: Sequence[int], n_skip: int, *, param_dtype: Any = jnp.float32,
+                 rngs: nnx.Rngs):
+        self.n_skip = n_skip
+        self.conv_more = _ConvBNReLU(hidden, head_channels, param_dtype=param_dtype, rngs=rngs)
+        ins = (head_channels,) + tuple(decoder_channels[:-1])
+        skips = [c if i < n_skip else 0 for i, c in enumerate(skip_channels)]
+        self.blocks = nnx.List([_DecoderBlock(ci, co, cs, param_dtype=param_dtype, rngs=rngs)
+                                for ci, co, cs in zip(ins, decoder_channels, skips)])
+
+    def __call__(self, z: Float[Array, "b g g d"], features: Sequence[Array]) -> Array:
+        x = self.conv_more(z)
+        for i, blk in enumerate(self.blocks):
+            x = blk(x, features[i] if i < self.n_skip else None)
+        return x
+
+
+class TransUNet(nnx.Module):
+    """TransUNet R50+ViT-B/16 (official ``VisionTransformer`` with the ``R50-ViT-B_16`` config).
+
+    See the module docstring for the architecture.
+
+    Args:
+        num_classes: number of output classes ``K >= 1`` (Synapse 9, ACDC 4).
+        in_channels: input channels; 1 is repeated to 3 (the R50 root then has 3 inputs),
+            other values are used as is.
+        img_size: input height = width, divisible by 16 (224); sets the token grid
+            ``img_size / 16`` and the position-embedding table.
+        hidden, num_layers, num_heads, mlp_dim: ViT width (768), depth (12), heads (12; must
+            divide ``hidden``) and MLP width (3072).
+        resnet_units: R50 units per stage (``(3, 4, 9)``).
+        width: R50 root width ``w`` (64); must be divisible by 32 (GroupNorm(32)).
+        decoder_channels: the four ``DecoderCup`` widths (``(256, 128, 64, 16)``).
+        head_channels: width of ``conv_more`` (512 in the reference).
+        n_skip: number of skip connections used, 0..3 (3).
+        dropout_rate: ViT embedding/MLP dropout (0.1). attention_dropout_rate: (0.0).
+        param_dtype: parameter dtype (float32 default; float64 needs ``jax_enable_x64``).
+        rngs: NNX random streams (keyword-only; the ``dropout`` stream, or ``default``,
+            drives dropout in training mode).
+
+    Example:
+        >>> from flax import nnx
+        >>> model = TransUNet.small(9, rngs=nnx.Rngs(0))
+        >>> logits, z = model(jnp.zeros((2, 64, 64, 1)))
+        >>> logits.shape, z.shape
+        ((2, 64, 64, 9), (2, 4, 4, 64))
+    """
+
+    def __init__(self, num_classes: int, *, in_channels: int = 1, img_size: int = 224,
+                 hidden: int = 768, num_layers: int = 12, num_heads: int = 12,
+                 mlp_dim: int = 3072, resnet_units: Sequence[int] = (3, 4, 9),
+                 width: int = 64, decoder_channels: Sequence[int] = (256, 128, 64, 16),
+                 head_channels: int = 512, n_skip: int = 3, dropout_rate: float = 0.1,
+                 attention_dropout_rate: float = 0.0, param_dtype: Any = jnp.float32,
+                 rngs: nnx.Rngs):
+        num_classes = V.check_int("num_classes", num_classes, low=1)
+        in_channels = V.check_int("in_channels", in_channels, low=1)
+        img_size = V.check_int("img_size", img_size, low=16)
+        if img_size % 16:
+            raise ValueError(f"img_size must be divisible by 16 (R50 stride 16, patch size 1); "
+                             f"got {img_size}")
+        hidden = V.check_int("hidden", hidden, low=1)
+        num_layers = V.check_int("num_layers", num_layers, low=0)
+        num_heads = V.check_int("num_heads", num_heads, low=1)
+        if hidden % num_heads:
+            raise ValueError(f"num_heads must divide hidden; got hidden={hidden}, "
+                             f"num_heads={num_heads}")
+        mlp_dim = V.check_int("mlp_dim", mlp_dim, low=1)
+        resnet_units = check_int_tuple("resnet_units", resnet_units, 3)
+        width = V.check_int("width", width, low=32)
+        if width % 32:
+            raise ValueError(f"width must be divisible by 32 (GroupNorm with 32 groups); "
+                             f"got {width}")
+        decoder_channels = check_int_tuple("decoder_channels", decoder_channels, 4)
+        head_channels = V.check_int("head_channels", head_channels, low=1)
+        n_skip = V.check_int("n_skip", n_skip, low=0, high=3)
+        dropout_rate = _float("dropout_rate", dropout_rate, 0.0, 1.0)
+        attention_dropout_rate = _float("attention_dropout_rate", attention_dropout_rate,
+                                        0.0, 1.0)
+        if not isinstance(rngs, nnx.Rngs):
+            raise TypeError(f"rngs must be an nnx.Rngs; got {type(rngs).__name__}")
+        param_dtype = V.check_dtype("param_dtype", param_dtype, allow_complex=False)
+        kw = dict(param_dtype=param_dtype, rngs=rngs)
+
+        self.num_classes = num_classes
+        self.in_channels = in_channels
+        self.img_size = img_size
+        self.hidden = hidden
+        self.grid = img_size // 16
+        self.param_dtype = param_dtype
+        self.hybrid_model = ResNetV2(resnet_units, width, 3 if in_channels == 1 else in_channels,
+                                     **kw)
+        cin = self.hybrid_model.out_channels
+        self.patch_embeddings = conv2d(cin, hidden, 1, use_bias=True,
+                                       kernel_init=torch_default_conv_init,
+                                       bias_init=torch_default_bias_init(cin), **kw)
+        self.position_embeddings = nnx.Param(jnp.zeros((1, self.grid ** 2, hidden),
+                                                       param_dtype))
+        self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
+        self.layer = nnx.List([ViTBlock(hidden, num_heads, mlp_dim, dropout_rate,
+                                        attention_dropout_rate, **kw)
+                               for _ in range(num_layers)])
+        self.encoder_norm = nnx.LayerNorm(hidden, epsilon=1e-6, use_fast_variance=False, **kw)
+        self.decoder = DecoderCup(hidden, head_channels, decoder_channels,
+                                  (8 * width, 4 * width, width, 0), n_skip, **kw)
+        cl = decoder_channels[-1]
+        self.segmentation_head = conv2d(cl, num_classes, 3, use_bias=True,
+                                        kernel_init=torch_default_conv_init,
+                                        bias_init=torch_default_bias_init(9 * cl), **kw)
+
+    @classmethod
+    def small(cls, num_classes: int, *, in_channels: int = 1, img_size: int = 64,
+              param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> "TransUNet":
+        """A CPU/CI-sized variant (same topology): ``hidden=64``, 2 layers, 2 heads,
+        ``mlp_dim=128``, R50 units ``(1, 1, 1)`` with ``width=32``, decoder ``(32, 16, 16, 8)``,
+        ``head_channels=64``; ``img_size=64`` by default."""
+        return cls(num_classes, in_channels=in_channels, img_size=img_size, hidden=64,
+                   num_layers=2, num_heads=2, mlp_dim=128, resnet_units=(1, 1, 1), width=32,
+                   decoder_channels=(32, 16, 16, 8), head_channels=64,
+                   param_dtype=param_dtype, rngs=rngs)
+
+    def encode(self, x: Float[Array, "b h w c"]) -> tuple[Float[Array, "b g g d"], list[Array]]:
+        """Hybrid encoder: ``(z, skips)`` with ``z`` the normed transformer output on the grid."""
+        check_nhwc_input(x, self.in_channels)
+        if x.shape[1] != self.img_size or x.shape[2] != self.img_size:
+            raise ValueError(f"x must be {self.img_size} x {self.img_size} (img_size; the "
+                             f"position embeddings fix the grid); got shape {tuple(x.shape)}")
+        x = x.astype(jnp.promote_types(x.dtype, self.param_dtype))
+        if self.in_channels == 1:
+            x = jnp.repeat(x, 3, axis=-1)
+        h, feats = self.hybrid_model(x)
+        h = self.patch_embeddings(h)
+        b, g1, g2, d = h.shape
+        t = h.reshape(b, g1 * g2, d) + self.position_embeddings[...]
+        t = self.dropout(t)
+        for blk in self.layer:
+            t = blk(t)
+        t = self.encoder_norm(t)
+        return t.reshape(b, g1, g2, d), feats
+
+    def __call__(self, x: Float[Array, "b h w c"]
+                 ) -> tuple[Float[Array, "b h w k"], Float[Array, "b g g d"]]:
+        """Return ``(logits (B, H, W, K), encoder features (B, H/16, W/16, hidden))``."""
+        z, feats = self.encode(x)
+        return self.segmentation_head(self.decoder(z, feats)), z
