@@ -1,0 +1,359 @@
+"""Data for the deep DAC experiments (thesis Sec. ``sec:dac_experiments``, App. ``apdx:exp_detail``).
+
+* :func:`load_cifar100` reads the official CIFAR-100 *python* version (the directory
+  ``cifar-100-python/`` with the pickles ``train``, ``test``, ``meta``, or the archive
+  ``cifar-100-python.tar.gz``) from local files; nothing is downloaded. A missing file raises
+  ``FileNotFoundError`` naming it; a corrupt one raises ``ValueError`` naming it. The pickles
+  are read with a restricted unpickler that only admits plain containers and numpy arrays, so
+  a tampered file cannot run code.
+* :func:`find_cifar100` looks for it under the data directory convention of
+  :func:`rdr_jax.datasets.find_dataset` (argument, ``$RDR_JAX_DATA``, ``~/.rdr_jax/data``).
+* :func:`sample_labeled_subset`: ``N`` labeled samples per class (the thesis uses 10, 100, 200
+  per class, i.e. 1000 / 10000 / 20000 labels) and optionally a disjoint unlabeled pool
+  (FixMatch + DAC: 5000 to 20000 images).
+* :class:`EpochSampler` / :class:`ArrayLoader`: batch iterators whose whole state is one
+  integer ``position`` (batches drawn so far); batch ``t`` is a pure function of
+  ``(seed, t)``, so saving the position in a checkpoint resumes the exact batch sequence.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import tarfile
+from pathlib import Path
+from typing import Any, NamedTuple, Optional, Union
+
+import numpy as np
+
+from rdr_jax._validation import check_int
+
+__all__ = [
+    "ArrayLoader",
+    "CIFAR100_SOURCE",
+    "Cifar100",
+    "EpochSampler",
+    "find_cifar100",
+    "load_cifar100",
+    "sample_labeled_subset",
+    "uint8_to_float",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+CIFAR100_SOURCE = "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"
+_DIRNAME = "cifar-100-python"
+_ARCHIVE = "cifar-100-python.tar.gz"
+_SIZES = {"train": 50000, "test": 10000}
+_HINT = (f"Get the CIFAR-100 python version from {CIFAR100_SOURCE} and extract it (or leave "
+         f"the archive) under the data directory ($RDR_JAX_DATA or ~/.rdr_jax/data); rdr_jax "
+         "never downloads data.")
+
+
+class Cifar100(NamedTuple):
+    """One CIFAR-100 split.
+
+    Attributes:
+        images: uint8 (N, 32, 32, 3), NHWC.
+        labels: int32 (N,), the fine (100-class) or coarse (20-class) labels.
+        label_names: the class names from ``meta``.
+    """
+
+    images: np.ndarray
+    labels: np.ndarray
+    label_names: list
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    """Admit only what the official CIFAR pickles contain: containers and numpy arrays."""
+
+    _ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"), ("builtins", "bytes"), ("_codecs", "encode"),
+    }
+
+    def find_class(self, module, name):
+        if (module, name) in self._ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
+
+
+def _unpickle(raw: bytes, where: str) -> dict:
+    try:
+        obj = _SafeUnpickler(io.BytesIO(raw), encoding="bytes").load()
+    except Exception as e:  # noqa: BLE001 - any failure means the file is not a CIFAR pickle
+        raise ValueError(f"{where} is not a valid CIFAR-100 python pickle (corrupt or "
+                         f"truncated?): {type(e).__name__}: {e}. {_HINT}") from e
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} is not a valid CIFAR-100 python pickle: expected a dict, "
+                         f"got {type(obj).__name__}. {_HINT}")
+    return obj
+
+
+def _resolve(root: PathLike) -> tuple[str, Path]:
+    """('dir', directory holding train/test/meta) or ('tar', path of the archive)."""
+    p = Path(root).expanduser()
+    if p.is_file():
+        return "tar", p
+    if any((p / f).exists() for f in ("train", "test", "meta")):
+        return "dir", p
+    if (p / _DIRNAME).is_dir():
+        return "dir", p / _DIRNAME
+    if (p / _ARCHIVE).is_file():
+        return "tar", p / _ARCHIVE
+    return "dir", p
+
+
+def _read_member(kind: str, base: Path, name: str) -> tuple[bytes, str]:
+    if kind == "dir":
+        f = base / name
+        if not f.is_file():
+            raise FileNotFoundError(f"CIFAR-100 file not found: {f} (expected the files "
+                                    f"train, test and meta in {base}). {_HINT}")
+        return f.read_bytes(), str(f)
+    where = f"{base}:{_DIRNAME}/{name}"
+    try:
+        with tarfile.open(base, "r:*") as tar:
+            try:
+                member = tar.getmember(f"{_DIRNAME}/{name}")
+            except KeyError:
+                raise FileNotFoundError(f"CIFAR-100 file not found: {where} (member missing "
+                                        f"from the archive). {_HINT}") from None
+            fh = tar.extractfile(member)
+            if fh is None:
+                raise ValueError(f"{where} is not a regular file in the archive. {_HINT}")
+            return fh.read(), where
+    except (tarfile.TarError, EOFError, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise ValueError(f"{base} is not a readable CIFAR-100 archive (corrupt or truncated?): "
+                         f"{e}. {_HINT}") from e
+
+
+def load_cifar100(root: PathLike, split: str = "train", *,
+                  label_mode: str = "fine") -> Cifar100:
+    """Load a CIFAR-100 split from the official python-pickle files (App. ``apdx:exp_detail``).
+
+    Args:
+        root: the ``cifar-100-python`` directory, its parent, or the archive
+            ``cifar-100-python.tar.gz``.
+        split: ``"train"`` (50000 images) or ``"test"`` (10000).
+        label_mode: ``"fine"`` (100 classes, the thesis) or ``"coarse"`` (20).
+
+    Returns:
+        :class:`Cifar100` with uint8 NHWC images.
+
+    Raises:
+        FileNotFoundError: ``train``/``test``/``meta`` is missing (the message names the path).
+        ValueError: a file is corrupt or not in the expected format (the message names it),
+            or a bad ``split``/``label_mode``.
+
+    Example:
+        >>> ds = load_cifar100("~/.rdr_jax/data/cifar-100-python", "test")  # doctest: +SKIP
+        >>> ds.images.shape, ds.labels.max()  # doctest: +SKIP
+        ((10000, 32, 32, 3), 99)
+    """
+    if split not in _SIZES:
+        raise ValueError(f"split must be 'train' or 'test'; got {split!r}")
+    if label_mode not in ("fine", "coarse"):
+        raise ValueError(f"label_mode must be 'fine' or 'coarse'; got {label_mode!r}")
+    kind, base = _resolve(root)
+    if kind == "dir" and not base.is_dir():
+        raise FileNotFoundError(f"CIFAR-100 directory not found: {base} (expected the files "
+                                f"train, test and meta there). {_HINT}")
+    raw, where = _read_member(kind, base, split)
+    d = _unpickle(raw, where)
+    lkey = b"fine_labels" if label_mode == "fine" else b"coarse_labels"
+    for k in (b"data", lkey):
+        if k not in d:
+            raise ValueError(f"{where} is not a valid CIFAR-100 {split} pickle: key {k!r} "
+                             f"missing (keys: {sorted(d)}). {_HINT}")
+    data = np.asarray(d[b"data"])
+    labels = np.asarray(d[lkey])
+    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+        raise ValueError(f"{where}: b'data' must be a uint8 array of shape (N, 3072); got "
+                         f"{data.dtype} {data.shape}. {_HINT}")
+    if labels.shape != (data.shape[0],):
+        raise ValueError(f"{where}: {lkey!r} has {labels.size} entries for {data.shape[0]} "
+                         f"images. {_HINT}")
+    n_classes = 100 if label_mode == "fine" else 20
+    if labels.size and (labels.min() < 0 or labels.max() >= n_classes):
+        raise ValueError(f"{where}: {lkey!r} must lie in [0, {n_classes}); got range "
+                         f"[{labels.min()}, {labels.max()}]. {_HINT}")
+    mraw, mwhere = _read_member(kind, base, "meta")
+    meta = _unpickle(mraw, mwhere)
+    nkey = b"fine_label_names" if label_mode == "fine" else b"coarse_label_names"
+    if nkey not in meta:
+        raise ValueError(f"{mwhere} is not a valid CIFAR-100 meta pickle: key {nkey!r} missing "
+                         f"(keys: {sorted(meta)}). {_HINT}")
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in meta[nkey]]
+    if len(names) != n_classes:
+        raise ValueError(f"{mwhere}: expected {n_classes} {label_mode} label names, got "
+                         f"{len(names)}. {_HINT}")
+    images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    return Cifar100(np.ascontiguousarray(images), labels.astype(np.int32), names)
+
+
+def find_cifar100(data_dir: Optional[PathLike] = None) -> Optional[Path]:
+    """The CIFAR-100 location (``cifar-100-python/`` or the archive), or None.
+
+    Uses :func:`rdr_jax.datasets.find_dataset` when it knows ``"cifar100"``; otherwise searches
+    the same data directory (``data_dir``, else ``$RDR_JAX_DATA``, else ``~/.rdr_jax/data``)
+    for ``cifar-100-python/{train,test,meta}``, ``cifar100/cifar-100-python/...`` or
+    ``cifar-100-python.tar.gz``.
+    """
+    from rdr_jax import datasets
+    if "cifar100" in getattr(datasets, "DATASETS", {}):
+        found = datasets.find_dataset("cifar100", data_dir)
+        if found is not None:
+            return found.parent if found.name in ("train", "test", "meta") else found
+    if data_dir is not None:
+        root = Path(data_dir).expanduser()
+    else:
+        root = Path(os.environ.get("RDR_JAX_DATA") or "~/.rdr_jax/data").expanduser()
+    for base in (root, root / "cifar100", root / "CIFAR100", root / "cifar-100"):
+        d = base / _DIRNAME
+        if all((d / f).is_file() for f in ("train", "test", "meta")):
+            return d
+        if all((base / f).is_file() for f in ("train", "test", "meta")) and base != root:
+            return base
+        if (base / _ARCHIVE).is_file():
+            return base / _ARCHIVE
+    return None
+
+
+def uint8_to_float(images: np.ndarray) -> np.ndarray:
+    """uint8 [0, 255] -> float32 [0, 1] (other dtypes are cast to float32 unchanged)."""
+    images = np.asarray(images)
+    if images.dtype == np.uint8:
+        return images.astype(np.float32) / np.float32(255.0)
+    return images.astype(np.float32)
+
+
+def sample_labeled_subset(labels: np.ndarray, per_class: int, seed: int = 0, *,
+                          num_unlabeled: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of ``per_class`` labeled samples of every class, and a disjoint unlabeled pool.
+
+    For each class ``c`` (all values in ``labels``), ``per_class`` indices are drawn without
+    replacement; ``num_unlabeled`` further indices are drawn uniformly without replacement
+    from the rest (their labels are to be discarded). Both are sorted.
+
+    Args:
+        labels: (N,) integer labels.
+        per_class: labeled samples per class (>= 1).
+        seed: numpy seed.
+        num_unlabeled: size of the unlabeled pool (>= 0).
+
+    Returns:
+        ``(labeled_idx, unlabeled_idx)``.
+
+    Raises:
+        ValueError: some class has fewer than ``per_class`` samples, or too few remain for the
+            unlabeled pool.
+
+    Example:
+        >>> lab, unl = sample_labeled_subset(np.repeat(np.arange(3), 10), 2, num_unlabeled=5)
+        >>> len(lab), len(unl)
+        (6, 5)
+    """
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise ValueError(f"labels must be 1-D; got shape {labels.shape}")
+    per_class = check_int("per_class", per_class, low=1)
+    num_unlabeled = check_int("num_unlabeled", num_unlabeled, low=0)
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for c in np.unique(labels):
+        idx = np.flatnonzero(labels == c)
+        if idx.size < per_class:
+            raise ValueError(f"per_class = {per_class} but class {c} has only {idx.size} "
+                             "samples")
+        chosen.append(rng.choice(idx, per_class, replace=False))
+    lab = np.sort(np.concatenate(chosen))
+    rest = np.setdiff1d(np.arange(labels.size), lab)
+    if num_unlabeled > rest.size:
+        raise ValueError(f"num_unlabeled = {num_unlabeled} but only {rest.size} samples remain "
+                         "after the labeled subset")
+    unl = np.sort(rng.choice(rest, num_unlabeled, replace=False)) if num_unlabeled else \
+        np.zeros(0, np.int64)
+    return lab, unl
+
+
+class EpochSampler:
+    """Batches of indices from per-epoch permutations, with an explicit position.
+
+    Batch ``t`` (``t = 0, 1, ...``) is rows ``[(t mod S) B, (t mod S + 1) B)`` of the
+    permutation of epoch ``e = t // S`` (``S = n // B`` batches per epoch, the last partial
+    batch dropped), the permutation drawn by ``np.random.default_rng([seed, e])``. The state is
+    ``position`` (batches drawn so far): :meth:`state_dict`/:meth:`load_state_dict` save and
+    restore it.
+
+    Example:
+        >>> s = EpochSampler(10, 4, seed=0)
+        >>> a = next(s); s.position
+        1
+        >>> np.array_equal(a, EpochSampler(10, 4, seed=0).batch(0))
+        True
+    """
+
+    def __init__(self, num_examples: int, batch_size: int, seed: int = 0, position: int = 0):
+        self.n = check_int("num_examples", num_examples, low=1)
+        self.batch_size = check_int("batch_size", batch_size, low=1, high=self.n,
+                                    high_desc="the number of examples")
+        self.seed = int(seed)
+        self.position = check_int("position", position, low=0)
+        self.steps_per_epoch = self.n // self.batch_size
+        self._cache: tuple[int, np.ndarray] | None = None
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        if self._cache is None or self._cache[0] != epoch:
+            self._cache = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n))
+        return self._cache[1]
+
+    def batch(self, t: int) -> np.ndarray:
+        """Indices of batch ``t`` (pure in ``(seed, t)``)."""
+        e, r = divmod(int(t), self.steps_per_epoch)
+        return self._perm(e)[r * self.batch_size:(r + 1) * self.batch_size]
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> np.ndarray:
+        idx = self.batch(self.position)
+        self.position += 1
+        return idx
+
+    def state_dict(self) -> dict:
+        return {"position": int(self.position), "seed": self.seed, "n": self.n,
+                "batch_size": self.batch_size}
+
+    def load_state_dict(self, d: dict) -> None:
+        for k in ("seed", "n", "batch_size"):
+            if k in d and int(d[k]) != getattr(self, k):
+                raise ValueError(f"checkpointed loader has {k} = {d[k]}, this one "
+                                 f"{getattr(self, k)}: the data or config changed")
+        self.position = check_int("position", int(d["position"]), low=0)
+
+
+class ArrayLoader(EpochSampler):
+    """:class:`EpochSampler` over host arrays: ``next(loader) -> (images[idx], labels[idx])``.
+
+    Example:
+        >>> ld = ArrayLoader(np.zeros((10, 2, 2, 1)), np.arange(10), 4, seed=0)
+        >>> x, y = next(ld); x.shape
+        (4, 2, 2, 1)
+    """
+
+    def __init__(self, images: Any, labels: Any, batch_size: int, seed: int = 0,
+                 position: int = 0):
+        if len(images) != len(labels):
+            raise ValueError(f"images and labels differ in length: {len(images)} vs "
+                             f"{len(labels)}")
+        super().__init__(len(labels), batch_size, seed, position)
+        self.images, self.labels = images, labels
+
+    def __next__(self):
+        idx = super().__next__()
+        return self.images[idx], self.labels[idx]
