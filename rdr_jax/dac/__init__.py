@@ -5,3 +5,14 @@ bounds), ``domain_adaptation`` (App. ``apx:case_ood``), ``two_layer`` (two-layer
 Sec. ``sec:example_2relu``), ``randaugment`` (the 14-op RandAugment of App.
 ``apdx:exp_detail``) and ``deep`` (DA-ERM / DAC training of deep classifiers).
 """
+
+from rdr_jax.dac.linear import (augmented_design, da_erm_operator, dac_operator, dimensions,
+                                excess_risk, expected_excess_risk, fit_da_erm, fit_dac,
+                                label_invariant_theory, linear_regression_example,
+                                misspec_example, monte_carlo_risks, optimal_lambda,
+                                soft_dac_risk, soft_dac_theory)
+
+__all__ = ["augmented_design", "da_erm_operator", "dac_operator", "dimensions", "excess_risk",
+           "expected_excess_risk", "fit_da_erm", "fit_dac", "label_invariant_theory",
+           "linear_regression_example", "misspec_example", "monte_carlo_risks",
+           "optimal_lambda", "soft_dac_risk", "soft_dac_theory"]
