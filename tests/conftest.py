@@ -1,4 +1,9 @@
-"""Shared fixtures: run tests in float32 (x64 off) and float64 (x64 on)."""
+"""Shared fixtures: run tests in float32 (x64 off) and float64 (x64 on); import experiment
+scripts."""
+
+import importlib.util
+import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -29,3 +34,29 @@ def rtol(dtype) -> float:
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
+
+
+def load_experiment(name: str):
+    """Import ``experiments/<name>.py`` as module ``name`` (with experiments/ on sys.path, as
+    when a script runs from the command line, so scripts can import their siblings)."""
+    if str(EXPERIMENTS) not in sys.path:
+        sys.path.insert(0, str(EXPERIMENTS))
+    spec = importlib.util.spec_from_file_location(name, EXPERIMENTS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def script():
+    """``script(name)`` imports an experiment script; jax_enable_x64 (which the scripts turn
+    on) is restored afterwards."""
+    prev = jax.config.jax_enable_x64
+    try:
+        yield load_experiment
+    finally:
+        jax.config.update("jax_enable_x64", prev)

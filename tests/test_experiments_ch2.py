@@ -12,7 +12,6 @@ the scripts, not asserted here.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -22,25 +21,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 TOL = 1e-6   # errors may not beat the optimal ones by more than this (relative)
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"_rdr_exp_{name}", EXPERIMENTS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture
-def script():
-    """Import an experiment script; restore jax_enable_x64 afterwards."""
-    prev = jax.config.jax_enable_x64
-    try:
-        yield _load
-    finally:
-        jax.config.update("jax_enable_x64", prev)
 
 
 def _read_csv(path: Path) -> list[dict]:

@@ -15,38 +15,16 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import json
 import math
 import struct
-import sys
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 SLACK = 1e-8
-
-
-def _load(name: str):
-    sys.path.insert(0, str(EXPERIMENTS))   # fig_space_agnostic_bounds imports its sibling
-    spec = importlib.util.spec_from_file_location(name, EXPERIMENTS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture
-def script():
-    """Import an experiment script; restore jax_enable_x64 afterwards."""
-    prev = jax.config.jax_enable_x64
-    try:
-        yield _load
-    finally:
-        jax.config.update("jax_enable_x64", prev)
 
 
 def _read_csv(path: Path) -> tuple[list[str], list[dict]]:

@@ -10,31 +10,10 @@ presence and type are asserted here, plus the invariants that must hold on any r
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 from pathlib import Path
 
-import jax
 import numpy as np
-import pytest
-
-EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"_rdr_exp_{name}", EXPERIMENTS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture
-def script():
-    prev = jax.config.jax_enable_x64
-    try:
-        yield _load
-    finally:
-        jax.config.update("jax_enable_x64", prev)
 
 
 def _files(out: Path, *names):
