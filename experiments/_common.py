@@ -21,6 +21,11 @@ def ints(s: str) -> list[int]:
     return out
 
 
+def floats(s: str) -> list[float]:
+    """'0.1,1,1e2' -> [0.1, 1.0, 100.0]."""
+    return [float(x) for x in s.split(",") if x.strip()]
+
+
 def env_info() -> dict:
     try:
         affinity = len(os.sched_getaffinity(0))

@@ -67,7 +67,7 @@ import rdr_jax as R  # noqa: E402
 from rdr_jax import angles, matrices  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, loadavg, run_main  # noqa: E402
+from _common import env_info, floats, loadavg, run_main  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_budget_example"
 SETTINGS = [(16, 32, 1.05), (32, 64, 2.00)]
@@ -214,7 +214,7 @@ def parse_args(argv=None):
                    help="(16, 32, 1.05) only, 3 trials")
     p.add_argument("--settings", type=parse_settings, default=None,
                    help="'alpha,beta,gamma;...' (default: 16,32,1.05;32,64,2.0)")
-    p.add_argument("--gaps", type=lambda s: [float(x) for x in s.split(",") if x.strip()],
+    p.add_argument("--gaps", type=floats,
                    default=None, help="spectral gaps sigma_1/sigma_(k+1) (default 1.01,1.5)")
     p.add_argument("--k", type=int, default=10, help="target rank (thesis: 10)")
     p.add_argument("--trials", type=int, default=None, help="rSVD trials per (l, q) (thesis: 5)")

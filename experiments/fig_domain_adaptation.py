@@ -48,21 +48,17 @@ from tqdm import tqdm  # noqa: E402
 from rdr_jax.dac import domain_adaptation as DA  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, run_main  # noqa: E402
+from _common import env_info, floats, ints, run_main  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_domain_adaptation"
-
-
-def _floats(s):
-    return [float(x) for x in s.split(",") if x.strip()]
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="N = 200, 1000 draws")
-    p.add_argument("--Ns", type=lambda s: [int(x) for x in s.split(",")], default=None)
-    p.add_argument("--sigma-ts", type=_floats, default=[1.0, 2.0, 4.0, 8.0])
+    p.add_argument("--Ns", type=ints, default=None)
+    p.add_argument("--sigma-ts", type=floats, default=[1.0, 2.0, 4.0, 8.0])
     p.add_argument("--draws", type=int, default=None, help="source data sets (4000 / 1000)")
     p.add_argument("--d", type=int, default=30)
     p.add_argument("--d-iv", type=int, default=10)

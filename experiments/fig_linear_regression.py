@@ -46,7 +46,7 @@ from tqdm import tqdm  # noqa: E402
 from rdr_jax.dac import linear as L  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, run_main  # noqa: E402
+from _common import env_info, ints, run_main  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_linear_regression"
 TOL = 0.05
@@ -61,7 +61,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="d_e1 step 5, 2000 draws")
-    p.add_argument("--d-augs", type=lambda s: [int(x) for x in s.split(",")], default=[20, 25])
+    p.add_argument("--d-augs", type=ints, default=[20, 25])
     p.add_argument("--step", type=int, default=None, help="d_e1 step (1 full, 5 quick)")
     p.add_argument("--draws", type=int, default=None, help="noise draws (5000 full, 2000 quick)")
     p.add_argument("--sigma", type=float, default=1.0)

@@ -64,15 +64,11 @@ from tqdm import tqdm  # noqa: E402
 from rdr_jax.dac import linear as L  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, run_main  # noqa: E402
+from _common import env_info, floats, ints, run_main  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_misspec"
 THESIS_LAMBDA = 3.2
 STABLE_RATIO = 4.0
-
-
-def _floats(s):
-    return [float(x) for x in s.split(",") if x.strip()]
 
 
 def parse_args(argv=None):
@@ -83,9 +79,9 @@ def parse_args(argv=None):
     p.add_argument("--designs", type=int, default=None, help="designs/seeds (10 full, 3 quick)")
     p.add_argument("--draws", type=int, default=None, help="noise draws (2000 full, 1000 quick)")
     p.add_argument("--d-aug", type=int, default=24, help="d_aug of the lambda sweep")
-    p.add_argument("--d-augs", type=lambda s: [int(x) for x in s.split(",")], default=None,
+    p.add_argument("--d-augs", type=ints, default=None,
                    help="d_aug grid of the second figure (20..30 full)")
-    p.add_argument("--lams", type=_floats, default=None,
+    p.add_argument("--lams", type=floats, default=None,
                    help="lambda grid of the sweep (logspace(-2, 3, 26) full, 11 quick)")
     p.add_argument("--alpha", type=int, default=1)
     p.add_argument("--noise-var", type=float, default=0.1, help="label-noise variance sigma^2")

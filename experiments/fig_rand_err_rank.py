@@ -105,7 +105,7 @@ from rdr_jax.operators import FactoredOperator, SparseOperator  # noqa: E402
 from rdr_jax.skeletons import DEFAULT_OVERSAMPLE, THESIS_NAMES, resolve_method  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, run_main, loadavg  # noqa: E402
+from _common import env_info, ints, loadavg, run_main  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_rand_err_rank"
 METHODS = tuple(THESIS_NAMES.values())   # the thesis' seven, in the thesis' order
@@ -428,7 +428,7 @@ def parse_args(argv=None):
     p.add_argument("--dataset", action="append", choices=ORDER, default=None,
                    help="data set to run (repeatable); default: all available (quick: "
                         "snn1e3, digits)")
-    p.add_argument("--ks", type=lambda s: [int(x) for x in s.split(",") if x.strip()],
+    p.add_argument("--ks", type=ints,
                    default=None, help="comma-separated ranks (override every data set's grid)")
     p.add_argument("--repeats", type=int, default=None,
                    help="timed selection calls per (method, k), median reported (3 full, 1 quick)")

@@ -690,14 +690,19 @@ def test_posterior_residuals_exact_against_numpy():
                                    rtol=1e-10)
 
 
-def test_posterior_estimate_mode_never_densifies_and_is_close():
+def test_posterior_estimate_mode_never_densifies_and_is_close(monkeypatch):
     """Factored (implicit) A: residual norms by the power method; Thm 3.3 uses term2."""
     with jax.enable_x64(True):
         s = M.polynomial_decay(150, r1=5)
         F = M.with_spectrum(jax.random.key(0), 200, 150, s, factored=True)
         svd = R.rsvd(jax.random.key(1), F, 30, l=30, power_iters=1)
-        est = AN.posterior_residuals(F, svd, 10, residual="estimate", key=jax.random.key(2),
-                                     norm_iters=100)
+        with monkeypatch.context() as mp:
+            def no_densify(self):
+                raise AssertionError("estimate mode densified the operator")
+            mp.setattr(type(F), "todense", no_densify)
+            jax.clear_caches()              # trace afresh, so a todense call would be seen
+            est = AN.posterior_residuals(F, svd, 10, residual="estimate",
+                                         key=jax.random.key(2), norm_iters=100)
         ex = AN.posterior_residuals(F, svd, 10, residual="exact")
         assert not bool(est.exact) and np.all(np.isnan(_np(est.left_svals)))
         for name in ("left_norm", "right_norm", "E33_2"):

@@ -395,9 +395,10 @@ def test_train_kill_and_resume_is_bitwise_identical(tmp_path):
 def test_train_step_learns_and_eval_mode_uses_running_stats():
     """A few dozen DAC steps on a trivially learnable problem fit the training set."""
     x, y = _digits_like(seed=3)
-    res = deep.train(_tiny_cfg(total_steps=40, log_every=40, lam=1.0), x, y, x, y,
+    res = deep.train(_tiny_cfg(total_steps=40, log_every=10, lam=1.0), x, y, x, y,
                      progress=False)
-    assert res.history[-1]["loss"] < res.history[0]["loss"] if len(res.history) > 1 else True
+    assert len(res.history) >= 2
+    assert res.history[-1]["loss"] < res.history[0]["loss"]
     assert res.test["accuracy"] >= 0.9, res.test
     # evaluation uses the BatchNorm running averages: a single image gives the same logits
     model = nnx.merge(res.graph.eval, res.state.params, res.state.model_state)

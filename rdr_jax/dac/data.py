@@ -199,20 +199,12 @@ def load_cifar100(root: PathLike, split: str = "train", *,
 def find_cifar100(data_dir: Optional[PathLike] = None) -> Optional[Path]:
     """The CIFAR-100 location (``cifar-100-python/`` or the archive), or None.
 
-    Uses :func:`rdr_jax.datasets.find_dataset` when it knows ``"cifar100"``; otherwise searches
-    the same data directory (``data_dir``, else ``$RDR_JAX_DATA``, else ``~/.rdr_jax/data``)
-    for ``cifar-100-python/{train,test,meta}``, ``cifar100/cifar-100-python/...`` or
+    Searches the data directory of :func:`rdr_jax.datasets.find_dataset` (``data_dir``, else
+    ``$RDR_JAX_DATA``, else ``~/.rdr_jax/data``) for ``cifar-100-python/{train,test,meta}``, ``cifar100/cifar-100-python/...`` or
     ``cifar-100-python.tar.gz``.
     """
-    from rdr_jax import datasets
-    if "cifar100" in getattr(datasets, "DATASETS", {}):
-        found = datasets.find_dataset("cifar100", data_dir)
-        if found is not None:
-            return found.parent if found.name in ("train", "test", "meta") else found
-    if data_dir is not None:
-        root = Path(data_dir).expanduser()
-    else:
-        root = Path(os.environ.get("RDR_JAX_DATA") or "~/.rdr_jax/data").expanduser()
+    from rdr_jax.datasets import _data_dir
+    root = _data_dir(data_dir)
     for base in (root, root / "cifar100", root / "CIFAR100", root / "cifar-100"):
         d = base / _DIRNAME
         if all((d / f).is_file() for f in ("train", "test", "meta")):

@@ -839,7 +839,7 @@ def _build_jitted(graph: ModelGraph, tx, alpha: int, cfg: dict, fm) -> tuple:
         norm = lambda x: normalize_images(x, mean_t, std_t)  # noqa: E731
     else:
         norm = lambda x: x  # noqa: E731
-    orig_aug = (lambda k, x: weak_augment(k, x)) if cfg["weak_augment_originals"] else None
+    orig_aug = weak_augment if cfg["weak_augment_originals"] else None
     strong = None
     if fm is not None:      # FixMatch's strong view: weak, then the configured augmentation
         base = build_augment(cfg["augment"])
@@ -853,7 +853,7 @@ def _build_jitted(graph: ModelGraph, tx, alpha: int, cfg: dict, fm) -> tuple:
         originals_augment=orig_aug, normalize=norm,
         consistency_on=cfg["consistency_on"] or "probs", squared=bool(cfg["squared"]),
         reduction=cfg["reduction"] or "mean", fixmatch=fm,
-        weak=(lambda k, x: weak_augment(k, x)) if fm else None, strong=strong)
+        weak=weak_augment if fm else None, strong=strong)
     # buffer donation saves memory on GPU/TPU; the CPU backend ignores it with a warning
     donate = (0,) if jax.default_backend() != "cpu" else ()
     return (jax.jit(step_fn, donate_argnums=donate), jax.jit(make_eval_step(graph, norm)),

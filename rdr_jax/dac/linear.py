@@ -68,6 +68,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from rdr_jax import _validation as V
+from rdr_jax.operators import HIGHEST
 
 __all__ = [
     "AugmentedDesign", "Dimensions", "LabelInvariantTheory", "RiskTerms", "MCEstimate",
@@ -79,7 +80,6 @@ __all__ = [
     "linear_regression_example", "misspec_example",
 ]
 
-HIGHEST = jax.lax.Precision.HIGHEST
 
 
 # ======================================================================================
@@ -344,11 +344,6 @@ def _delta_svd(X, X_aug, rtol):
     scale = jnp.sqrt(jnp.sum(X * X) + jnp.sum(X_aug * X_aug))     # ||A~||_F
     nonzero = s > rtol * scale
     return s, Vt, nonzero, scale
-
-
-def _rank(a, rtol):
-    s = jnp.linalg.svd(a, compute_uv=False)
-    return jnp.sum(s > rtol * s[0]).astype(jnp.int32)
 
 
 def _dac_hard_K(X, X_aug, rtol):

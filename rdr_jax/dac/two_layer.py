@@ -63,6 +63,7 @@ import optax
 from jaxtyping import Array, Float
 
 from rdr_jax import _validation as V
+from rdr_jax.operators import HIGHEST
 
 __all__ = [
     "TwoLayerParams", "TwoLayerData", "AugmentationSubspace", "FitResult",
@@ -73,7 +74,6 @@ __all__ = [
     "make_train_step", "fit_da_erm", "fit_dac", "excess_risk", "c_null",
 ]
 
-HIGHEST = jax.lax.Precision.HIGHEST
 METHODS = ("da_erm", "dac")
 
 
