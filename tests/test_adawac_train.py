@@ -360,6 +360,54 @@ def test_kill_and_resume_is_bitwise(tiny_data, tmp_path):
                                   np.asarray(resumed.history["beta"]))
 
 
+def test_nan_loss_stops_with_message_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
+    from rdr_jax.adawac.train import restore_checkpoint
+    cfg = _tiny_config(num_steps=4)
+    cfg.checkpoint_every = 2
+    good = train(cfg, tiny_data.train, workdir=tmp_path)  # checkpoints at steps 2 and 4
+    saved = jax.tree.map(np.asarray, good.state)
+    bad = copy.deepcopy(cfg)
+    bad.num_steps = 8
+    bad.optim.lr = 1e30  # the parameters overflow on the next steps
+    with pytest.raises(FloatingPointError, match=r"non-finite training loss .* last good "
+                                                 r"checkpoint \(step [4-7]\)"):
+        train(bad, tiny_data.train, workdir=tmp_path)
+    got = restore_checkpoint(tmp_path / "checkpoints", good.state)
+    assert got is not None
+    state, _ = got
+    assert 4 <= int(state.step) < 8
+    leaves = jax.tree.leaves(state.params)
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in leaves)
+    if int(state.step) == 4:  # nothing finite was saved after the good run: bitwise intact
+        for x, y in zip(jax.tree.leaves(saved.params), leaves):
+            np.testing.assert_array_equal(x, np.asarray(y))
+
+
+def test_train_rejects_bad_data(tiny_data):
+    cfg = _tiny_config(num_steps=1)
+    ds = tiny_data.train
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, num_classes\)"):
+        train(cfg, ds, num_classes=3)
+    with pytest.raises(ValueError, match="labels must have the images' shape"):
+        train(cfg, ds._replace(labels=ds.labels[:, :-1]))
+    nan_images = ds.images.copy()
+    nan_images[2, 0, 0] = np.nan
+    with pytest.raises(ValueError, match=f"non-finite values in 1 slice.*{ds.names[2]}"):
+        train(cfg, ds._replace(images=nan_images))
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_tiny_segnet_depth_shapes_and_divisibility(depth):
+    m = TinySegNet(5, width=4, depth=depth, rngs=nnx.Rngs(0))
+    logits, z = m(jnp.zeros((2, 16, 16, 1)))
+    assert logits.shape == (2, 16, 16, 5)
+    assert z.shape == (2, 16 // 2 ** depth, 16 // 2 ** depth, 4 * 2 ** min(depth, depth - 1))
+    with pytest.raises(ValueError, match=f"divisible by 2\\^depth = {2 ** depth}"):
+        m(jnp.zeros((1, 3 * 2 ** (depth - 1), 3 * 2 ** (depth - 1), 1)))
+    with pytest.raises(ValueError, match="depth"):
+        TinySegNet(5, depth=0, rngs=nnx.Rngs(0))
+
+
 # ------------------------------------------------------------------ data parallel
 
 
@@ -398,11 +446,21 @@ def test_data_parallel_8_devices_matches_1_device():
 
 
 def test_phantom_beta_separates_dense_from_sparse_slices():
-    """Quick config (10 epochs of the tiny CNN on 8 phantom cases x 16 slices of 32 x 32).
+    """Quick config (30 epochs of the tiny CNN on 8 phantom cases x 16 slices of 32 x 32).
 
-    Measured: AUC(beta, has foreground) ~0.87 -- the misranked foreground slices are the
-    aorta-only / organ-tip slices whose foreground covers < 1% of the slice (label-sparse);
-    AUC(beta, foreground >= 1%) ~0.97.
+    The thesis calls a slice label-sparse when "most pixels are labeled as background"
+    (``sec:problem_setup_adawac``) and predicts beta -> 0 on label-sparse and -> 1 on
+    label-dense slices (``prop:spontaneous_separation_sparse_dense``). Measured here:
+
+    * AUC(beta, foreground >= 1% of the slice) = 0.938 and AUC(beta; >= 1% vs empty) = 0.936:
+      the separation the thesis predicts (asserted >= 0.9);
+    * AUC(beta, slice has any foreground) = 0.825, *below* the 0.9 the issue asked for. A
+      quarter of the foreground slices are aorta-only / organ-tip slices with 1-10 labelled
+      pixels (< 1%); their CE is as small as an empty slice's, so beta treats them as
+      label-sparse, exactly as the theory says it should: AUC(beta; 0 < fg < 1% vs empty) =
+      0.467, chance (asserted < 0.75, which is what caps the has-foreground AUC near 0.85).
+      The larger ``phantom`` config (60 epochs, 12 cases x 32 slices of 64 x 64) gives the
+      same picture: 0.849 / 0.918, test DSC 0.853.
     """
     cfg = configs.get_config("phantom_quick")
     d = phantom_cases(jax.random.key(0), cfg.data.num_cases, cfg.data.num_slices,
@@ -411,17 +469,21 @@ def test_phantom_beta_separates_dense_from_sparse_slices():
     frac = (d.train.labels > 0).reshape(len(fg), -1).mean(1)
     res = train(cfg, d.train)
     beta = np.asarray(res.state.beta)
+    dense, empty = frac >= 0.01, frac == 0
+    tiny = ~dense & ~empty
     auc_fg = roc_auc_score(fg, beta)
-    auc_dense = roc_auc_score(frac >= 0.01, beta)
-    empty_or_dense = (frac == 0) | (frac >= 0.01)
-    auc_dense_vs_empty = roc_auc_score(frac[empty_or_dense] >= 0.01, beta[empty_or_dense])
+    auc_dense = roc_auc_score(dense, beta)
+    auc_dense_vs_empty = roc_auc_score(dense[dense | empty], beta[dense | empty])
+    auc_tiny_vs_empty = roc_auc_score(tiny[tiny | empty], beta[tiny | empty])
     print(f"AUC(beta, fg)={auc_fg:.3f} AUC(beta, >=1%)={auc_dense:.3f} "
-          f"AUC dense vs empty={auc_dense_vs_empty:.3f}")
+          f"dense vs empty={auc_dense_vs_empty:.3f} tiny vs empty={auc_tiny_vs_empty:.3f}")
+    assert tiny.sum() >= 0.15 * fg.sum()       # the phantom has label-sparse fg slices
     assert auc_dense >= 0.9
     assert auc_dense_vs_empty >= 0.9
-    assert auc_fg >= 0.8
+    assert auc_tiny_vs_empty < 0.75            # label-sparse fg slices are ranked like empty
+    assert auc_fg >= 0.78                      # regression guard on the measured 0.825
     # beta moved from 1/2 and the heat-map history has one snapshot per epoch
-    assert len(res.history["beta"]) == 10 and np.std(beta) > 0.05
+    assert len(res.history["beta"]) == cfg.epochs and np.std(beta) > 0.05
 
 
 # ------------------------------------------------------------------ experiment script
@@ -445,6 +507,8 @@ def test_experiment_script_quick(tmp_path):
     assert run["method"] == "adawac" and run["steps"] == 4 and 0.0 <= run["dice"] <= 1.0
     hist = np.load(tmp_path / "history_adawac_seed0.npz")
     assert hist["beta"].shape == (1, 128) and hist["step"].tolist() == [4]
-    assert set(res["claims"]) == {"a_beta_separates"}
+    assert set(res["claims"]) == {"a_beta_separates_label_dense",
+                                  "a_beta_separates_has_foreground"}
+    assert all(isinstance(c["held"], bool) for c in res["claims"].values())
     with pytest.raises(ValueError, match="unknown method"):
         mod.main(["--quick", "--method", "nope", "--out", str(tmp_path)])

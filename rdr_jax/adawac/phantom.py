@@ -16,8 +16,12 @@ background:
   per case (``z -> z0 + s (z - 1/2)``, ``s ~ U[s_min, s_max]``), so the fraction of slices
   with foreground differs from case to case and the empty slices sit at both ends. Where
   organs overlap the one with the smallest normalised radius wins. A body cross-section
-  (ellipse) and a vertebra (bright, unlabelled) surround them.
-* intensity: CT-like Hounsfield values per tissue (fat -100, muscle/body 40, liver 60,
+  (ellipse: subcutaneous fat, a muscular wall, and inside it the abdominal cavity of
+  visceral fat with bowel loops -- a finer smooth field thresholded into blobs) and a
+  vertebra (bright, unlabelled) surround them. (An earlier version filled the cavity with
+  uniform 40 HU soft tissue; pancreas and liver were then nearly invisible against it and the
+  tiny CPU networks could not tell empty end slices from organ slices.)
+* intensity: CT-like Hounsfield values per tissue (fat -100, muscle 40, bowel 30, liver 60,
   spleen 50, kidneys 150 and aorta 200 with contrast, gallbladder 10, pancreas 40, stomach
   20, bone 400, air -1000) mapped by the TransUNet preprocessing ``(clip(HU, -125, 275) + 125)
   / 400`` to [0, 1], plus a smooth texture field, mild in-plane blur (partial volume) and
@@ -60,7 +64,7 @@ ORGAN_TEMPLATE = {
     "spleen": (7, (0.35, 0.22, 0.52), (0.14, 0.20, 0.15), 50.0),
     "stomach": (8, (0.36, -0.20, 0.30), (0.16, 0.24, 0.22), 20.0),
 }
-_HU_AIR, _HU_FAT, _HU_BODY, _HU_BONE = -1000.0, -100.0, 40.0, 400.0
+_HU_AIR, _HU_FAT, _HU_BODY, _HU_BONE, _HU_BOWEL = -1000.0, -100.0, 40.0, 400.0, 30.0
 
 
 def hu_to_unit(hu):
@@ -101,7 +105,7 @@ def _smooth_field(rng: np.random.Generator, channels: int, shape: tuple[int, int
 
 def phantom_volume(rng: np.random.Generator, num_slices: int, size: int, *,
                    deform: float = 0.35, z_scale: tuple[float, float] = (0.55, 0.95),
-                   noise: float = 0.03, texture: float = 0.03,
+                   noise: float = 0.03, texture: float = 0.03, bowel_threshold: float = 0.3,
                    dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
     """One phantom case ``(image, label)`` of shape ``(num_slices, size, size)``.
 
@@ -111,6 +115,8 @@ def phantom_volume(rng: np.random.Generator, num_slices: int, size: int, *,
         rng: ``np.random.Generator``.
         num_slices, size: volume shape.
         deform: amplitude ``a`` of the shape deformation field.
+        bowel_threshold: bowel occupies the cavity where a smooth N(0, 1)-marginal field
+            exceeds this (0.3: about 30% bowel, 70% visceral fat).
         z_scale: range of the per-case scale ``s`` of the organ block along ``z``.
         noise: standard deviation of the Gaussian noise (in [0, 1] intensity units).
         texture: amplitude of the smooth intensity texture.
@@ -133,12 +139,16 @@ def phantom_volume(rng: np.random.Generator, num_slices: int, size: int, *,
     zshift = rng.uniform(-0.5, 0.5) * (1.0 - zscale) * 0.6
     fields = _smooth_field(rng, len(ORGAN_TEMPLATE) + 2, s_shape)
 
-    # Body: elliptic cylinder, with a thin subcutaneous fat layer; vertebra posterior.
+    # Body: elliptic cylinder with a subcutaneous fat layer and a muscular wall around the
+    # abdominal cavity; the cavity is visceral fat with bowel loops (a finer smooth field
+    # thresholded into blobs), as in abdominal CT; vertebra posterior.
     by, bx = rng.uniform(0.78, 0.9), rng.uniform(0.88, 0.97)
     body_r = (yy / by) ** 2 + (xx / bx) ** 2 + 0.05 * fields[-1]
+    bowel = _smooth_field(rng, 1, s_shape, coarse=(6, 9, 9))[0] > bowel_threshold
     hu = np.full(s_shape, _HU_AIR)
     hu = np.where(body_r < 1.0, _HU_FAT, hu)
-    hu = np.where(body_r < 0.80, _HU_BODY, hu)
+    hu = np.where(body_r < 0.86, _HU_BODY, hu)
+    hu = np.where(body_r < 0.72, np.where(bowel, _HU_BOWEL, _HU_FAT), hu)
     spine = ((yy - 0.55) / 0.14) ** 2 + (xx / 0.13) ** 2 < 1.0
     hu = np.where(spine & (body_r < 1.0), _HU_BONE, hu)
 

@@ -81,6 +81,8 @@ from rdr_jax.adawac.data import SliceDataset, VolumeDataset, has_foreground
 from rdr_jax.adawac.losses import consistency, cross_entropy, dice_loss
 from rdr_jax.adawac.metrics import aggregate_metrics, predict_volume, volume_metrics
 from rdr_jax.adawac.transform import beta_gradient, beta_mirror_ascent, init_beta
+from rdr_jax.training import (ModelGraph, merge_apply, restore_checkpoint, save_checkpoint,
+                              split_model)
 
 __all__ = ["METHODS", "MethodSpec", "TRIM_KEEP_RATIO", "TinySegNet", "PairLoader",
            "TrainState", "ModelGraph", "StepMetrics", "TrainResult", "method_spec",
@@ -262,20 +264,26 @@ def validate_config(config: Any, *, num_examples: Optional[int] = None,
 
 
 class TinySegNet(nnx.Module):
-    """A tiny encoder-decoder CNN with the segmentation-model interface (CPU test model).
+    """A tiny U-Net-style CNN with the segmentation-model interface (CPU test model).
 
-    ``x (B, H, W, C_in) -> (logits (B, H, W, K), z (B, H/4, W/4, 2w))``::
+    ``x (B, H, W, C_in) -> (logits (B, H, W, K), z (B, H/2^D, W/2^D, c_D))`` with ``D =
+    depth`` and channels ``c_0 = w``, ``c_i = w 2^min(i, D-1)`` (``i >= 1``)::
 
-        e1 = CBR_w(x);  e2 = CBR_2w(stride-2 conv(e1));  z = CBR_2w(stride-2 conv(e2))
-        d = CBR_w(concat(up2(z), e2));  logits = conv1x1(concat(up2(d), e1))
+        e_0 = CBR_{c_0}(x);  e_i = CBR_{c_i}(stride-2 conv(e_{i-1}))  (i = 1..D),  z = e_D
+        d = z;  d = CBR_{c_{i-1}}(concat(up2(d), e_i))  (i = D-1..1)
+        logits = conv1x1(concat(up2(d), e_0))
 
     (``CBR`` = 3x3 conv - BatchNorm - ReLU, ``up2`` nearest). ``z`` is the encoder output used
-    by the consistency term. ``H`` and ``W`` must be divisible by 4.
+    by the consistency term. ``depth = 2`` is the original two-level net (``z`` at ``H/4``
+    with ``2w`` channels); each extra level doubles the receptive field, which is what lets
+    the net tell an empty end-of-stack slice from an organ slice on 32 x 32 inputs. ``H`` and
+    ``W`` must be divisible by ``2^depth``.
 
     Args:
         num_classes: K >= 2.
         in_channels: input channels.
         width: base width ``w``.
+        depth: number of stride-2 levels ``D >= 1``.
         rngs: ``nnx.Rngs`` (keyword-only).
 
     Example:
@@ -283,48 +291,62 @@ class TinySegNet(nnx.Module):
         >>> logits, z = m(jnp.zeros((2, 16, 16, 1)))
         >>> logits.shape, z.shape
         ((2, 16, 16, 3), (2, 4, 4, 16))
+        >>> TinySegNet(3, depth=3, rngs=nnx.Rngs(0))(jnp.zeros((1, 16, 16, 1)))[1].shape
+        (1, 2, 2, 32)
     """
 
     def __init__(self, num_classes: int, *, in_channels: int = 1, width: int = 8,
-                 rngs: nnx.Rngs):
+                 depth: int = 2, rngs: nnx.Rngs):
         num_classes = check_int("num_classes", num_classes, low=2)
         self.in_channels = check_int("in_channels", in_channels, low=1)
         w = check_int("width", width, low=1)
+        self.depth = check_int("depth", depth, low=1)
+        ch = [w] + [w * 2 ** min(i, self.depth - 1) for i in range(1, self.depth + 1)]
 
-        def conv(cin, cout, stride=1, k=3):
-            return nnx.Conv(cin, cout, (k, k), strides=(stride, stride), padding="SAME",
+        def conv(cin, cout, stride=1):
+            return nnx.Conv(cin, cout, (3, 3), strides=(stride, stride), padding="SAME",
                             use_bias=False, rngs=rngs)
 
         def bn(c):
             return nnx.BatchNorm(c, momentum=0.9, epsilon=1e-5, rngs=rngs)
 
-        self.c1, self.b1 = conv(self.in_channels, w), bn(w)
-        self.c2, self.b2 = conv(w, 2 * w, 2), bn(2 * w)
-        self.c3, self.b3 = conv(2 * w, 2 * w, 2), bn(2 * w)
-        self.c4, self.b4 = conv(4 * w, w), bn(w)
-        self.head = nnx.Conv(2 * w, num_classes, (1, 1), rngs=rngs)
+        enc = [(self.in_channels, ch[0], 1)] + [(ch[i - 1], ch[i], 2)
+                                                for i in range(1, self.depth + 1)]
+        dec = [((ch[i + 1] if i == self.depth - 1 else ch[i]) + ch[i], ch[i - 1])
+               for i in range(self.depth - 1, 0, -1)]
+        self.enc_conv = nnx.List([conv(a, b, st) for a, b, st in enc])
+        self.enc_bn = nnx.List([bn(b) for _, b, _ in enc])
+        self.dec_conv = nnx.List([conv(a, b) for a, b in dec])
+        self.dec_bn = nnx.List([bn(b) for _, b in dec])
+        self.head = nnx.Conv(2 * ch[0], num_classes, (1, 1), rngs=rngs)
 
     @classmethod
     def small(cls, num_classes: int, *, in_channels: int = 1, rngs: nnx.Rngs) -> "TinySegNet":
-        """The default CPU size (``width=8``)."""
+        """The default CPU size (``width=8``, ``depth=2``)."""
         return cls(num_classes, in_channels=in_channels, width=8, rngs=rngs)
 
     def __call__(self, x: Float[Array, "b h w c"]
-                 ) -> tuple[Float[Array, "b h w k"], Float[Array, "b h4 w4 e"]]:
+                 ) -> tuple[Float[Array, "b h w k"], Float[Array, "b hd wd e"]]:
         if x.ndim != 4 or x.shape[-1] != self.in_channels:
             raise ValueError(f"x must be NHWC with {self.in_channels} channel(s); got shape "
                              f"{tuple(x.shape)}")
-        if x.shape[1] % 4 or x.shape[2] % 4:
-            raise ValueError(f"x height and width must be divisible by 4; got {tuple(x.shape)}")
+        f = 2 ** self.depth
+        if x.shape[1] % f or x.shape[2] % f:
+            raise ValueError(f"x height and width must be divisible by 2^depth = {f}; got "
+                             f"{tuple(x.shape)}")
 
         def up(t):
             return jnp.repeat(jnp.repeat(t, 2, axis=1), 2, axis=2)
 
-        e1 = nnx.relu(self.b1(self.c1(x)))
-        e2 = nnx.relu(self.b2(self.c2(e1)))
-        z = nnx.relu(self.b3(self.c3(e2)))
-        d = nnx.relu(self.b4(self.c4(jnp.concatenate([up(z), e2], axis=-1))))
-        return self.head(jnp.concatenate([up(d), e1], axis=-1)), z
+        skips = []
+        h = x
+        for conv, bn in zip(self.enc_conv, self.enc_bn):
+            h = nnx.relu(bn(conv(h)))
+            skips.append(h)
+        z = d = skips[-1]
+        for conv, bn, skip in zip(self.dec_conv, self.dec_bn, skips[-2:0:-1]):
+            d = nnx.relu(bn(conv(jnp.concatenate([up(d), skip], axis=-1))))
+        return self.head(jnp.concatenate([up(d), skips[0]], axis=-1)), z
 
 
 _MODELS = ("tiny", "unet", "transunet")
@@ -342,7 +364,8 @@ def build_model(config: Any, num_classes: int, *, image_size: int, seed: int = 0
     small = bool(_get(config, "model.small", True))
     rngs = nnx.Rngs(params=seed, dropout=seed + 1)
     if name == "tiny":
-        return TinySegNet(num_classes, width=int(_get(config, "model.width", 8)), rngs=rngs)
+        return TinySegNet(num_classes, width=int(_get(config, "model.width", 8)),
+                          depth=int(_get(config, "model.depth", 2)), rngs=rngs)
     if name == "unet":
         from rdr_jax.models.unet import UNetResNet34
         return (UNetResNet34.small(num_classes, rngs=rngs) if small
@@ -428,13 +451,6 @@ class PairLoader:
 # ============================================================================ state and step
 
 
-class ModelGraph(NamedTuple):
-    """Static NNX graph definitions in training and evaluation mode."""
-
-    train: Any
-    eval: Any
-
-
 class TrainState(NamedTuple):
     """Everything that changes during training (a pytree; checkpointed by orbax).
 
@@ -481,25 +497,13 @@ def init_state(model: nnx.Module, tx: optax.GradientTransformation, beta0: Array
     Example:
         >>> g, s = init_state(TinySegNet(3, rngs=nnx.Rngs(0)), make_optimizer(), init_beta(5))
     """
-    model.train()
-    g_train, params, rest = nnx.split(model, nnx.Param, ...)
-    model.eval()
-    g_eval, _, _ = nnx.split(model, nnx.Param, ...)
-    model.train()
+    graph, params, rest = split_model(model)
     beta0 = jnp.asarray(beta0)
     nan = jnp.full(beta0.shape, jnp.nan, jnp.result_type(beta0, jnp.float32))
     state = TrainState(jnp.zeros((), jnp.int32), params, rest, tx.init(params), beta0,
                        beta_mirror_ascent(0.0).init(jnp.full(beta0.shape, 0.5, beta0.dtype)),
                        nan, jnp.array(nan, copy=True))
-    return ModelGraph(g_train, g_eval), state
-
-
-def _apply(graphdef, params, model_state, x):
-    params, model_state = jax.tree.map(lambda v: v, (params, model_state))
-    model = nnx.merge(graphdef, params, model_state)
-    logits, z = model(x)
-    _, _, new_rest = nnx.split(model, nnx.Param, ...)
-    return logits, z, new_rest
+    return graph, state
 
 
 def row_weights(spec: MethodSpec, beta_rows: Array, ce: Array, fg: Array,
@@ -577,7 +581,7 @@ def make_train_step(graph: ModelGraph, tx: optax.GradientTransformation, spec: M
         y = views.label1
 
         def terms(params):
-            logits, z, new_rest = _apply(graph.train, params, state.model_state, x)
+            (logits, z), new_rest = merge_apply(graph.train, params, state.model_state, x)
             lg = logits[:b]
             dice = dice_loss(lg, y)
             ce = cross_entropy(lg, y)
@@ -649,64 +653,6 @@ def evaluate(graph: ModelGraph, state: TrainState, volumes: VolumeDataset, num_c
     return {"dice": s.dice, "hd95": s.hd95, "per_class_dice": s.per_class_dice.tolist(),
             "per_class_hd95": s.per_class_hd95.tolist(),
             "per_volume_dice": [float(np.mean(m.dice)) for m in mets]}
-
-
-# ============================================================================ checkpoints
-
-
-def _is_key(x) -> bool:
-    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
-def _to_saveable(tree):
-    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
-
-
-def _manager(directory: Path, max_to_keep: int = 2):
-    import orbax.checkpoint as ocp
-    opts = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep,
-                                        enable_async_checkpointing=False)
-    return ocp.CheckpointManager(Path(directory).resolve(), options=opts,
-                                 item_names=("state", "meta"))
-
-
-def save_checkpoint(directory: Path | str, state: TrainState, meta: dict,
-                    max_to_keep: int = 2) -> int:
-    """Save ``state`` (typed PRNG keys as key data) and the JSON ``meta`` (loader position,
-    history) with an orbax ``CheckpointManager`` under ``directory/<step>``; returns the step.
-    """
-    import orbax.checkpoint as ocp
-    step = int(state.step)
-    host = jax.device_get(_to_saveable(state))
-    with _manager(Path(directory), max_to_keep) as mgr:
-        mgr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(host),
-                                               meta=ocp.args.JsonSave(meta)), force=True)
-        mgr.wait_until_finished()
-    return step
-
-
-def restore_checkpoint(directory: Path | str, like: TrainState
-                       ) -> Optional[tuple[TrainState, dict]]:
-    """Restore the latest checkpoint in ``directory`` into the structure of ``like`` (None
-    when there is none). Typed PRNG keys are re-wrapped with the implementation of ``like``."""
-    import orbax.checkpoint as ocp
-    directory = Path(directory)
-    if not directory.exists():
-        return None
-    with _manager(directory) as mgr:
-        step = mgr.latest_step()
-        if step is None:
-            return None
-        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype),
-                                jax.device_get(_to_saveable(like)))
-        out = mgr.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
-    flat_like, treedef = jax.tree.flatten(like)
-    flat_new = jax.tree.leaves(out.state)
-    leaves = [jax.random.wrap_key_data(jnp.asarray(n), impl=jax.random.key_impl(o))
-              if _is_key(o) else jnp.asarray(n, dtype=o.dtype)
-              for o, n in zip(flat_like, flat_new)]
-    return jax.tree.unflatten(treedef, leaves), dict(out.meta)
 
 
 # ============================================================================ loop
@@ -791,7 +737,12 @@ def train(config: Any, data: SliceDataset, *, test: Optional[VolumeDataset] = No
         :class:`TrainResult`.
 
     Raises:
-        ValueError / TypeError: invalid config (see :func:`validate_config`) or data.
+        ValueError / TypeError: invalid config (see :func:`validate_config`) or data (images
+            not square, labels of another shape or outside ``[0, num_classes)``, non-finite
+            images).
+        FloatingPointError: a non-finite loss; training stops before that state is saved,
+            so the last checkpoint in ``workdir`` stays the last good one (the message names
+            its step).
     """
     mesh = make_mesh(devices)
     n = len(data.images)
@@ -800,6 +751,16 @@ def train(config: Any, data: SliceDataset, *, test: Optional[VolumeDataset] = No
     labels = np.asarray(data.labels).astype(np.int32)
     if images.ndim != 3 or images.shape[1] != images.shape[2]:
         raise ValueError(f"data.images must be (N, H, H) square slices; got {images.shape}")
+    if labels.shape != images.shape:
+        raise ValueError(f"data.labels must have the images' shape {images.shape}; got "
+                         f"{labels.shape}")
+    if not np.all(np.isfinite(images)):
+        bad = np.flatnonzero(~np.isfinite(images).reshape(len(images), -1).all(axis=1))
+        raise ValueError(f"data.images has non-finite values in {len(bad)} slice(s), e.g. "
+                         f"{data.names[bad[0]] if len(data.names) else bad[0]}")
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        raise ValueError(f"data.labels must lie in [0, num_classes) = [0, {num_classes}); got "
+                         f"values in [{labels.min()}, {labels.max()}]")
     fg = has_foreground(data)
     size = images.shape[1]
     model = build_model(config, num_classes, image_size=size, seed=st.seed)
@@ -831,6 +792,7 @@ def train(config: Any, data: SliceDataset, *, test: Optional[VolumeDataset] = No
                                                       check_int("stop_after", stop_after, low=0))
     losses, times = [], []
     start = int(state.step)
+    last_saved = resumed_from
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -855,11 +817,18 @@ def train(config: Any, data: SliceDataset, *, test: Optional[VolumeDataset] = No
         times.append(time.perf_counter() - t0)
         losses.append(loss)
         if not np.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss {loss} at step {t}")
+            if bar is not None:
+                bar.close()
+            where = (f"the last good checkpoint (step {last_saved}) in {ckpt_dir} is intact; "
+                     f"resume from it with a smaller learning rate"
+                     if last_saved is not None else "no checkpoint was written")
+            raise FloatingPointError(
+                f"non-finite training loss {loss} at step {t + 1} (method {st.spec.name}, lr "
+                f"{st.lr}); training stopped before saving this state: {where}")
         if (t + 1) % every == 0 or t + 1 == st.num_steps:
             snapshot(state)  # once per epoch and at the end
         if ckpt_dir is not None and ckpt_every and (t + 1) % ckpt_every == 0 and t + 1 < end:
-            save_checkpoint(ckpt_dir, state, meta())
+            last_saved = save_checkpoint(ckpt_dir, state, meta())
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.4f}")

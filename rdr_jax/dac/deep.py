@@ -59,6 +59,8 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from rdr_jax._validation import check_int, check_key
+from rdr_jax.training import (ModelGraph, merge_apply, restore_checkpoint, save_checkpoint,
+                              split_model)
 
 __all__ = [
     "FixMatchSettings",
@@ -553,13 +555,6 @@ def normalize_images(images: Array, mean: Optional[tuple] = None,
 # --------------------------------------------------------------------------------------
 # functional train state
 # --------------------------------------------------------------------------------------
-class ModelGraph(NamedTuple):
-    """Static graph definitions of an NNX model: BatchNorm in training / evaluation mode."""
-
-    train: Any
-    eval: Any
-
-
 class TrainState(NamedTuple):
     """Everything that changes during training (a pytree; checkpointed by orbax).
 
@@ -585,13 +580,8 @@ def init_train_state(model: nnx.Module, tx: optax.GradientTransformation
         >>> int(state.step)
         0
     """
-    model.train()
-    g_train, params, rest = nnx.split(model, nnx.Param, ...)
-    model.eval()
-    g_eval, _, _ = nnx.split(model, nnx.Param, ...)
-    model.train()
-    state = TrainState(jnp.zeros((), jnp.int32), params, rest, tx.init(params))
-    return ModelGraph(g_train, g_eval), state
+    graph, params, rest = split_model(model)
+    return graph, TrainState(jnp.zeros((), jnp.int32), params, rest, tx.init(params))
 
 
 def apply_model(graphdef: Any, params: Any, model_state: Any, x: Array) -> tuple[Array, Any]:
@@ -599,13 +589,7 @@ def apply_model(graphdef: Any, params: Any, model_state: Any, x: Array) -> tuple
 
     Returns ``(logits, new_model_state)`` (BatchNorm statistics updated in training mode).
     """
-    # fresh Variable objects in the current trace (NNX refuses to mutate BatchNorm statistics
-    # created under another trace, e.g. state closed over from outside jax.grad)
-    params, model_state = jax.tree.map(lambda v: v, (params, model_state))
-    model = nnx.merge(graphdef, params, model_state)
-    logits = model(x)
-    _, _, new_state = nnx.split(model, nnx.Param, ...)
-    return logits, new_state
+    return merge_apply(graphdef, params, model_state, x)
 
 
 def make_train_step(graph: ModelGraph, tx: optax.GradientTransformation, *, alpha: int,
@@ -739,52 +723,6 @@ def evaluate(eval_step: Callable, state: TrainState, images: np.ndarray, labels:
         correct += int(c)
         ce += float(l)
     return {"accuracy": correct / n, "ce": ce / n, "n": n}
-
-
-# --------------------------------------------------------------------------------------
-# checkpointing
-# --------------------------------------------------------------------------------------
-def _manager(directory: Path, max_to_keep: int = 2):
-    import orbax.checkpoint as ocp
-    opts = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep,
-                                        enable_async_checkpointing=False)
-    return ocp.CheckpointManager(Path(directory).resolve(), options=opts,
-                                 item_names=("state", "meta"))
-
-
-def save_checkpoint(directory: Path | str, state: TrainState, meta: dict,
-                    max_to_keep: int = 2) -> int:
-    """Save ``state`` (params, BatchNorm statistics, optimizer state, step) and the JSON
-    ``meta`` (data-loader positions, history) with an orbax ``CheckpointManager`` under
-    ``directory/<step>``; returns the step."""
-    import orbax.checkpoint as ocp
-    step = int(state.step)
-    with _manager(Path(directory), max_to_keep) as mgr:
-        mgr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                               meta=ocp.args.JsonSave(meta)), force=True)
-        mgr.wait_until_finished()
-    return step
-
-
-def restore_checkpoint(directory: Path | str, like: TrainState
-                       ) -> Optional[tuple[TrainState, dict]]:
-    """Restore the latest checkpoint in ``directory`` into the structure of ``like``; None
-    when there is none."""
-    import orbax.checkpoint as ocp
-    directory = Path(directory)
-    if not directory.exists():
-        return None
-    with _manager(directory) as mgr:
-        step = mgr.latest_step()
-        if step is None:
-            return None
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
-        out = mgr.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
-    restored = out.state
-    if not isinstance(restored, TrainState):
-        restored = TrainState(*restored)
-    return restored, dict(out.meta)
 
 
 # --------------------------------------------------------------------------------------
