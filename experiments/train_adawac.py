@@ -14,14 +14,16 @@ Run (from the repository root)::
 Data: ``--config synapse_*`` / ``acdc`` read the TransUNet-preprocessed data from
 ``--data-dir`` (else ``config.data.root``, else ``rdr_jax.datasets.find_dataset`` when it knows
 the name, else ``$RDR_JAX_DATA/<Synapse|ACDC>``); nothing is downloaded. When the folder is
-absent the run falls back to the synthetic phantom (:func:`rdr_jax.adawac.phantom_cases`) and
-says so. ``--quick`` always uses the phantom and the tiny CPU network.
+absent the run falls back to the synthetic phantom (:func:`rdr_jax.adawac.phantom_cases`; for
+ACDC the cine-MRI one, ``cardiac_phantom_cases``) and says so. ``--quick`` always uses a
+phantom and the tiny CPU network.
 
 Thesis claims (``sec:experiments_adawac``, ``tab:synapse_sample_eff``):
 
 (a) AdaWAC's weights separate label-dense from label-sparse slices: at the end of training the
-    ROC AUC of ``beta`` against "slice has foreground" is >= 0.9 (also printed: the AUC
-    against "foreground covers >= 1% of the slice", the label-dense ones);
+    ROC AUC of ``beta`` against "foreground covers >= 1% of the slice" (label-dense; the
+    thesis calls a slice label-sparse when most of its pixels are background) is >= 0.9, and
+    (the stricter reading) against "slice has any foreground" is >= 0.9;
 (b) AdaWAC improves the mean DSC over the ERM baseline (mean over seeds), notably on the
     label-sparse ``half-sparse`` subset.
 
@@ -53,6 +55,7 @@ from _common import env_info, host_threads, ints  # noqa: E402
 
 from rdr_jax.adawac import configs as adawac_configs  # noqa: E402
 from rdr_jax.adawac.data import has_foreground, load_acdc, load_synapse, make_subset  # noqa: E402
+from rdr_jax.adawac.cardiac_phantom import cardiac_phantom_cases  # noqa: E402
 from rdr_jax.adawac.phantom import phantom_cases  # noqa: E402
 from rdr_jax.adawac.train import method_spec, save_history, train  # noqa: E402
 
@@ -77,17 +80,27 @@ def _data_root(cfg, data_dir):
 
 
 def load_data(cfg, args):
-    """``(SegmentationData, source string)``: real data when present, else the phantom."""
-    if cfg.data.name in ("synapse", "acdc"):
+    """``(SegmentationData, source string)``: real data when present, else a phantom.
+
+    Synapse (and the ``phantom`` configs) fall back to the abdominal CT phantom
+    (:func:`rdr_jax.adawac.phantom_cases`), ACDC (and ``cardiac_phantom``) to the cine-MRI
+    one (:func:`rdr_jax.adawac.cardiac_phantom.cardiac_phantom_cases`, 4 classes).
+    ``args`` needs ``data_dir`` and ``data_seed``.
+    """
+    name = cfg.data.name
+    if name in ("synapse", "acdc"):
         root = _data_root(cfg, args.data_dir)
         if root.is_dir():
-            loader = load_synapse if cfg.data.name == "synapse" else load_acdc
-            return loader(root, size=cfg.data.size), f"{cfg.data.name}:{root}"
-        print(f"[train_adawac] {cfg.data.name} data not found at {root}; using the synthetic "
+            loader = load_synapse if name == "synapse" else load_acdc
+            return loader(root, size=cfg.data.size), f"{name}:{root}"
+        print(f"[train_adawac] {name} data not found at {root}; using the synthetic "
               f"phantom instead (pass --data-dir)")
-    data = phantom_cases(jax.random.key(args.data_seed), cfg.data.num_cases,
-                         cfg.data.num_slices, cfg.data.size,
-                         num_test_cases=cfg.data.num_test_cases)
+    key = jax.random.key(args.data_seed)
+    shape = (cfg.data.num_cases, cfg.data.num_slices, cfg.data.size)
+    if name in ("acdc", "cardiac_phantom"):
+        data = cardiac_phantom_cases(key, *shape, num_test_cases=cfg.data.num_test_cases)
+        return data, "cardiac_phantom"
+    data = phantom_cases(key, *shape, num_test_cases=cfg.data.num_test_cases)
     return data, "phantom"
 
 
@@ -215,10 +228,15 @@ def run(args):
     if ada:
         auc = float(np.mean([r["auc_beta_foreground"] for r in ada]))
         dense = float(np.mean([r["auc_beta_dense1pct"] for r in ada]))
-        claims["a_beta_separates"] = {
+        claims["a_beta_separates_label_dense"] = {
+            "held": bool(dense >= 0.9),
+            "detail": f"AUC(beta, foreground >= 1% of the slice) = {dense:.3f} (>= 0.9 needed; "
+                      f"label-dense vs label-sparse as the thesis defines them)"}
+        claims["a_beta_separates_has_foreground"] = {
             "held": bool(auc >= 0.9),
-            "detail": f"AUC(beta, has foreground) = {auc:.3f} (>= 0.9 needed); AUC(beta, "
-                      f"foreground >= 1%) = {dense:.3f}"}
+            "detail": f"AUC(beta, slice has any foreground) = {auc:.3f} (>= 0.9 needed; "
+                      f"slices with a few labelled pixels count as foreground here although "
+                      f"they are label-sparse)"}
     if ada and erm:
         da = float(np.mean([r["dice"] for r in ada]))
         de = float(np.mean([r["dice"] for r in erm]))

@@ -2,8 +2,9 @@
 
 Submodules: ``transform`` (the optax mirror-ascent transform for the per-sample weights beta,
 ``alg:srw_dac``), ``losses`` (cross-entropy, dice, encoder consistency, the WAC objective),
-``metrics`` (per-volume DSC and HD95), ``data`` (Synapse / ACDC loaders, subsets, the
-synthetic multi-organ phantom, the two-view augmentation), ``plots`` (beta/CE/consistency heatmaps
+``metrics`` (per-volume DSC and HD95), ``data`` (Synapse / ACDC loaders, subsets),
+``phantom`` / ``cardiac_phantom`` (synthetic CT / cine-MRI stand-ins), ``augment`` (the
+two-view augmentation), ``train`` / ``configs`` (AdaWAC and baselines), ``plots`` (beta/CE/consistency heatmaps
 and segmentation overlays; imported separately because it loads matplotlib).
 """
 
@@ -15,6 +16,7 @@ from rdr_jax.adawac.losses import (WACAux, consistency, cross_entropy, dice_loss
                                    wac_dice_loss, wac_objective)
 from rdr_jax.adawac.metrics import (MetricsSummary, VolumeMetrics, aggregate_metrics,
                                     predict_volume, volume_metrics)
+from rdr_jax.adawac.cardiac_phantom import cardiac_phantom_cases
 from rdr_jax.adawac.phantom import phantom_cases
 from rdr_jax.adawac.transform import (BetaMirrorAscentState, beta_gradient,
                                       beta_mirror_ascent, init_beta)
@@ -24,4 +26,5 @@ __all__ = ["AugmentParams", "TwoViews", "augment", "batch_two_views", "two_views
            "make_subset", "WACAux", "consistency", "cross_entropy", "dice_loss",
            "wac_dice_loss", "wac_objective", "MetricsSummary", "VolumeMetrics",
            "aggregate_metrics", "predict_volume", "volume_metrics", "phantom_cases",
+           "cardiac_phantom_cases",
            "BetaMirrorAscentState", "beta_gradient", "beta_mirror_ascent", "init_beta"]
