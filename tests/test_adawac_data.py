@@ -306,7 +306,7 @@ def test_phantom_structure_and_determinism():
     assert tr.images.shape == (6 * 32, 48, 48) and tr.images.dtype == np.float32
     assert tr.images.min() >= 0.0 and tr.images.max() <= 1.0
     assert d.num_classes == 9 and len(d.test.names) == 2
-    empty_frac, end_empty = [], []
+    empty_frac, low_empty, top_empty = [], [], []
     for dd in (d, d_other):
         t = dd.train
         assert set(np.unique(t.labels)) == set(range(9))
@@ -315,12 +315,13 @@ def test_phantom_structure_and_determinism():
         for c in range(len(t.case_names)):
             f = fg[t.case_index == c]
             empty_frac.append(1.0 - f.mean())
-            end_empty.append(1.0 - np.r_[f[:5], f[-5:]].mean())     # 5 slices at each end
+            low_empty.append(1.0 - f[:5].mean())    # 5 slices at the inferior end
+            top_empty.append(not f[-1])             # the slice at the superior end
             run = np.flatnonzero(f)
             assert f[run[0]:run[-1] + 1].all()       # empty slices only before / after the run
     # a sizeable share of label-empty slices, at the ends, varying between cases
     assert 0.2 <= np.mean(empty_frac) <= 0.5
-    assert np.mean(end_empty) >= 0.8
+    assert np.mean(low_empty) >= 0.9 and np.mean(top_empty) >= 0.6
     assert np.std(empty_frac) > 0.05
     # intensities: organ-specific means in the CT-like order (aorta, kidneys > liver > bg)
     means = [tr.images[tr.labels == k].mean() for k in range(9)]
@@ -331,6 +332,24 @@ def test_phantom_structure_and_determinism():
     # more are soft-tissue bright (bowel, muscular wall), so background is not one intensity
     bg = tr.images[tr.labels == 0]
     assert np.mean(bg < 0.15) > 0.5 and np.mean(bg > 0.3) > 0.1
+
+
+def test_phantom_half_sparse_is_label_sparse():
+    """Slice 0 is the inferior end and the organ block sits in the upper part, so the
+    thesis' half-sparse subset (first half of every case) is mostly label-sparse."""
+    d = phantom_cases(jax.random.key(0), 8, 16, 32, num_test_cases=0)
+    full, half = d.train, make_subset(d.train, "half-sparse")
+
+    def dense_share(ds):
+        return np.mean((ds.labels > 0).reshape(len(ds.labels), -1).mean(1) >= 0.01)
+
+    assert dense_share(half) < 0.5 * dense_share(full)
+    assert (half.labels > 0).mean() < 0.3 * (full.labels > 0).mean()
+    # the liver (superior) lies above the kidneys (inferior) along the slice index
+    z = np.arange(16)
+    lab = full.labels[full.case_index == 0]
+    mean_z = {k: (z[:, None, None] * (lab == k)).sum() / (lab == k).sum() for k in (3, 4, 5)}
+    assert mean_z[5] > max(mean_z[3], mean_z[4])
 
 
 def test_phantom_bad_inputs():
@@ -344,6 +363,8 @@ def test_phantom_bad_inputs():
         phantom_cases(jax.random.key(0), 1, 8, 16, noise=-1.0)
     with pytest.raises(ValueError, match="z_scale"):
         phantom_cases(jax.random.key(0), 1, 8, 16, z_scale=(0.9, 0.5))
+    with pytest.raises(ValueError, match="block_center"):
+        phantom_cases(jax.random.key(0), 1, 8, 16, block_center=1.0)
 
 
 # ------------------------------------------------------------------ augmentation

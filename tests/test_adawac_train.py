@@ -452,15 +452,13 @@ def test_phantom_beta_separates_dense_from_sparse_slices():
     (``sec:problem_setup_adawac``) and predicts beta -> 0 on label-sparse and -> 1 on
     label-dense slices (``prop:spontaneous_separation_sparse_dense``). Measured here:
 
-    * AUC(beta, foreground >= 1% of the slice) = 0.938 and AUC(beta; >= 1% vs empty) = 0.936:
+    * AUC(beta, foreground >= 1% of the slice) = 0.941 and AUC(beta; >= 1% vs empty) = 0.950:
       the separation the thesis predicts (asserted >= 0.9);
-    * AUC(beta, slice has any foreground) = 0.825, *below* the 0.9 the issue asked for. A
-      quarter of the foreground slices are aorta-only / organ-tip slices with 1-10 labelled
-      pixels (< 1%); their CE is as small as an empty slice's, so beta treats them as
-      label-sparse, exactly as the theory says it should: AUC(beta; 0 < fg < 1% vs empty) =
-      0.467, chance (asserted < 0.75, which is what caps the has-foreground AUC near 0.85).
-      The larger ``phantom`` config (60 epochs, 12 cases x 32 slices of 64 x 64) gives the
-      same picture: 0.849 / 0.918, test DSC 0.853.
+    * AUC(beta, slice has any foreground) = 0.875, *below* the 0.9 the issue asked for. About
+      a quarter of the foreground slices are aorta-only / organ-tip slices with 1-10
+      labelled pixels (< 1%); their CE is nearly as small as an empty slice's, so beta treats
+      them as label-sparse, as the theory says it should: AUC(beta; 0 < fg < 1% vs empty) =
+      0.637, close to chance (asserted < 0.75), which is what caps the has-foreground AUC.
     """
     cfg = configs.get_config("phantom_quick")
     d = phantom_cases(jax.random.key(0), cfg.data.num_cases, cfg.data.num_slices,
@@ -481,7 +479,7 @@ def test_phantom_beta_separates_dense_from_sparse_slices():
     assert auc_dense >= 0.9
     assert auc_dense_vs_empty >= 0.9
     assert auc_tiny_vs_empty < 0.75            # label-sparse fg slices are ranked like empty
-    assert auc_fg >= 0.78                      # regression guard on the measured 0.825
+    assert auc_fg >= 0.82                      # regression guard on the measured 0.875
     # beta moved from 1/2 and the heat-map history has one snapshot per epoch
     assert len(res.history["beta"]) == cfg.epochs and np.std(beta) > 0.05
 

@@ -785,7 +785,8 @@ def train(config: Any, data: SliceDataset, *, test: Optional[VolumeDataset] = No
     rows = NamedSharding(mesh, P("data"))
     state = jax.device_put(state, repl)
     key = jax.random.key(st.seed)
-    jstep = _jitted_step(graph, st, mesh)
+    jstep = _jitted_step(graph, st._replace(seed=0), mesh)  # the key is an argument: one
+    # compilation serves every seed
     every = check_int("history_every", history_every or loader.steps_per_epoch, low=1)
     ckpt_every = int(_get(config, "checkpoint_every", 0) or 0)
     end = st.num_steps if stop_after is None else min(st.num_steps,
