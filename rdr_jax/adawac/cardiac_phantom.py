@@ -60,14 +60,13 @@ from __future__ import annotations
 import numbers
 from typing import Optional
 
-import jax
+import jax  # noqa: F401  (the doctests use it)
 import numpy as np
 import scipy.ndimage
 
 from rdr_jax._validation import check_int, check_key
-from rdr_jax.adawac.data import (ACDC_CLASSES, SegmentationData, VolumeDataset,
-                                 slices_from_volumes)
-from rdr_jax.adawac.phantom import _interp_matrix
+from rdr_jax.adawac.data import ACDC_CLASSES, SegmentationData
+from rdr_jax.adawac.phantom import _interp_matrix, _phantom_dataset
 
 __all__ = ["CARDIAC_INTENSITY", "cardiac_phantom_cases", "cardiac_phantom_volume"]
 
@@ -260,16 +259,7 @@ def cardiac_phantom_cases(key, num_cases: int, num_slices: int, size: int, *,
     if deform >= 0.4:
         raise ValueError(f"deform must be < 0.4 (the deformed radius must stay positive); "
                          f"got {deform}")
-    seed = np.asarray(jax.random.key_data(key)).astype(np.uint64).ravel().tolist()
-    rng = np.random.default_rng(seed)
-    vols = [cardiac_phantom_volume(rng, num_slices, size, noise=noise, deform=deform,
-                                   texture=texture, heart_extent=(lo, hi))
-            for _ in range(num_cases + num_test_cases)]
-    names = [f"patient{i:04d}" for i in range(num_cases + num_test_cases)]
-    train = slices_from_volumes([v[0] for v in vols[:num_cases]],
-                                [v[1] for v in vols[:num_cases]], names[:num_cases])
-    test = None
-    if num_test_cases:
-        test = VolumeDataset(tuple(v[0] for v in vols[num_cases:]),
-                             tuple(v[1] for v in vols[num_cases:]), tuple(names[num_cases:]))
-    return SegmentationData(train, test, None, len(ACDC_CLASSES), ACDC_CLASSES)
+    return _phantom_dataset(
+        key, num_cases, num_test_cases, "patient", ACDC_CLASSES,
+        lambda rng: cardiac_phantom_volume(rng, num_slices, size, noise=noise, deform=deform,
+                                           texture=texture, heart_extent=(lo, hi)))

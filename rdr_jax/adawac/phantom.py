@@ -236,16 +236,26 @@ def phantom_cases(key, num_cases: int, num_slices: int, size: int, *,
         raise ValueError(f"z_scale must satisfy 0 < low <= high <= 1; got {z_scale}")
     if not (0.0 < block_center < 1.0):
         raise ValueError(f"block_center must lie in (0, 1); got {block_center}")
+    return _phantom_dataset(
+        key, num_cases, num_test_cases, "case", SYNAPSE_CLASSES,
+        lambda rng: phantom_volume(rng, num_slices, size, deform=deform, z_scale=z_scale,
+                                   noise=noise, texture=texture, block_center=block_center))
+
+
+def _phantom_dataset(key, num_cases: int, num_test_cases: int, prefix: str,
+                     class_names: tuple[str, ...], make_volume) -> SegmentationData:
+    """Draw ``num_cases + num_test_cases`` volumes ``make_volume(rng) -> (image, label)``
+    from the host generator seeded with ``jax.random.key_data(key)``; the first
+    ``num_cases`` (named ``<prefix>0000..``) become training slices, the rest test volumes
+    (None when there are none). Shared by the CT and the cine-MRI phantoms."""
     seed = np.asarray(jax.random.key_data(key)).astype(np.uint64).ravel().tolist()
     rng = np.random.default_rng(seed)
-    vols = [phantom_volume(rng, num_slices, size, deform=deform, z_scale=z_scale, noise=noise,
-                           texture=texture, block_center=block_center)
-            for _ in range(num_cases + num_test_cases)]
-    names = [f"case{i:04d}" for i in range(num_cases + num_test_cases)]
+    vols = [make_volume(rng) for _ in range(num_cases + num_test_cases)]
+    names = [f"{prefix}{i:04d}" for i in range(num_cases + num_test_cases)]
     train = slices_from_volumes([v[0] for v in vols[:num_cases]],
                                 [v[1] for v in vols[:num_cases]], names[:num_cases])
     test = None
     if num_test_cases:
         test = VolumeDataset(tuple(v[0] for v in vols[num_cases:]),
                              tuple(v[1] for v in vols[num_cases:]), tuple(names[num_cases:]))
-    return SegmentationData(train, test, None, len(SYNAPSE_CLASSES), SYNAPSE_CLASSES)
+    return SegmentationData(train, test, None, len(class_names), class_names)
