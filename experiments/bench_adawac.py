@@ -19,8 +19,8 @@ scale.
 
 Method: for each method the library's own step is built exactly as :func:`rdr_jax.adawac.train.
 train` builds it (``build_model(config, 9, image_size=size, seed=0)`` with ``config.model.small =
-True``, ``make_optimizer``, ``init_state`` with an ``(n,)`` table, ``make_train_step(graph, tx,
-method_spec(m), eta, lam, ...)``) and jitted with the state donated. All methods see the same
+True``, ``settings_optimizer``, ``init_state`` with an ``(n,)`` table, and the cached jitted
+step ``_jitted_step`` (``make_train_step`` with the state donated) on a one-device mesh). All methods see the same
 synthetic batch (``B`` phantom slices, :func:`rdr_jax.adawac.phantom_cases`, rows ``idx`` drawn
 without replacement from a table of ``n = --table`` rows; 2211 = the Synapse training set).
 Compilation and ``--warmup`` steps are excluded. Timed steps end with ``block_until_ready`` on
@@ -66,8 +66,8 @@ from _common import env_info, host_threads, loadavg  # noqa: E402
 from rdr_jax.adawac import configs as adawac_configs  # noqa: E402
 from rdr_jax.adawac.data import has_foreground  # noqa: E402
 from rdr_jax.adawac.phantom import phantom_cases  # noqa: E402
-from rdr_jax.adawac.train import (build_model, init_state, make_optimizer,  # noqa: E402
-                                  make_train_step, validate_config)
+from rdr_jax.adawac.train import (_jitted_step, build_model, init_state,  # noqa: E402
+                                  make_mesh, settings_optimizer, validate_config)
 from rdr_jax.adawac.transform import beta_gradient, beta_mirror_ascent, init_beta  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_adawac"
@@ -193,19 +193,15 @@ def make_batch(args):
 
 
 def build_step(cfg, method, args):
-    """``(jitted step, initial state, settings)`` of ``method``: the pieces of
-    :func:`rdr_jax.adawac.train.train` (``_jitted_step`` without the mesh), state donated."""
+    """``(jitted step, initial state, settings)`` of ``method``: the step
+    :func:`rdr_jax.adawac.train.train` compiles (``_jitted_step``, here on a one-device mesh),
+    state donated."""
     c = copy.deepcopy(cfg)
     c.method = method
     st = validate_config(c, num_examples=args.table, num_devices=1)
     model = build_model(c, NUM_CLASSES, image_size=args.size, seed=st.seed)
-    tx = make_optimizer(st.lr, momentum=st.momentum, weight_decay=st.weight_decay,
-                        schedule=st.schedule, num_steps=st.num_steps)
-    graph, state = init_state(model, tx, init_beta(args.table, jnp.float32))
-    fn = make_train_step(graph, tx, st.spec, eta=st.eta, lam=st.lam,
-                         dice_weight=st.dice_weight, wac_weight=st.wac_weight,
-                         keep_ratio=st.keep_ratio)
-    return jax.jit(fn, donate_argnums=(0,)), state, st
+    graph, state = init_state(model, settings_optimizer(st), init_beta(args.table, jnp.float32))
+    return _jitted_step(graph, st, make_mesh(jax.devices()[:1])), state, st
 
 
 def _stats(times, batch):

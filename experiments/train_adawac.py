@@ -30,7 +30,7 @@ Thesis claims (``sec:experiments_adawac``, ``tab:synapse_sample_eff``):
 Outputs in ``--out`` (default ``experiments/results/train_adawac``): ``results.csv`` and
 ``results.json`` (one row per method and seed: DSC, HD95, per-class DSC, AUCs, seconds per
 step), ``history_<method>_seed<s>.npz`` (per-epoch beta / ce / consistency per slice),
-``beta_heatmap.png``, ``config.json``; checkpoints in ``<out>/runs/<method>_seed<s>``
+``beta_heatmap.png`` (CE / beta / consistency heatmaps, ``fig:synapse-weights``), ``config.json``; checkpoints in ``<out>/runs/<method>_seed<s>``
 (``--resume`` continues from them).
 """
 
@@ -57,6 +57,7 @@ from rdr_jax.adawac import configs as adawac_configs  # noqa: E402
 from rdr_jax.adawac.data import has_foreground, load_acdc, load_synapse, make_subset  # noqa: E402
 from rdr_jax.adawac.cardiac_phantom import cardiac_phantom_cases  # noqa: E402
 from rdr_jax.adawac.phantom import phantom_cases  # noqa: E402
+from rdr_jax.adawac.plots import weight_heatmaps  # noqa: E402
 from rdr_jax.adawac.train import method_spec, save_history, train  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "train_adawac"
@@ -110,29 +111,6 @@ def _auc(labels, scores):
     if labels.all() or not labels.any():
         return float("nan")
     return float(roc_auc_score(labels, np.asarray(scores, np.float64)))
-
-
-def _heatmap(path, hist, fg):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    beta = np.asarray(hist["beta"], np.float64)
-    if beta.size == 0:
-        return
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2), gridspec_kw={"width_ratios": [6, 1]})
-    im = axes[0].imshow(beta.T, aspect="auto", cmap="viridis", vmin=0, vmax=1,
-                        interpolation="nearest")
-    axes[0].set_xlabel("epoch")
-    axes[0].set_ylabel("training slice")
-    axes[0].set_title("AdaWAC beta per slice")
-    fig.colorbar(im, ax=axes[0])
-    axes[1].imshow(np.asarray(fg, float)[:, None], aspect="auto", cmap="gray",
-                   interpolation="nearest")
-    axes[1].set_title("foreground")
-    axes[1].set_xticks([])
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def parse_args(argv=None):
@@ -216,7 +194,12 @@ def run(args):
             tag = f"{row['method']}_seed{seed}"
             save_history(out / f"history_{tag}.npz", res.history)
             if row["method"] == "adawac" and not heat_done:
-                _heatmap(out / "beta_heatmap.png", res.history, fg)
+                if res.history["beta"]:
+                    import matplotlib.pyplot as plt
+                    fig = weight_heatmaps(res.history, train_set.case_index, foreground=fg,
+                                          title=f"AdaWAC on {source}, {cfg.data.subset}",
+                                          path=out / "beta_heatmap.png")
+                    plt.close(fig)
                 heat_done = True
             print(f"  {tag}: DSC {row['dice']:.4f}  HD95 {row['hd95']:.2f}  "
                   f"AUC(beta, fg) {row['auc_beta_foreground']:.3f}  "

@@ -57,16 +57,15 @@ Example:
 
 from __future__ import annotations
 
-import numbers
 from typing import Optional
 
 import jax  # noqa: F401  (the doctests use it)
 import numpy as np
 import scipy.ndimage
 
-from rdr_jax._validation import check_int, check_key
 from rdr_jax.adawac.data import ACDC_CLASSES, SegmentationData
-from rdr_jax.adawac.phantom import _interp_matrix, _phantom_dataset
+from rdr_jax.adawac.phantom import (_check_case_args, _check_nonneg, _interp_matrix,
+                                    _phantom_dataset)
 
 __all__ = ["CARDIAC_INTENSITY", "cardiac_phantom_cases", "cardiac_phantom_volume"]
 
@@ -87,15 +86,6 @@ def _smooth_fields(rng: np.random.Generator, channels: int, shape: tuple[int, in
     mz, my, mx = (_interp_matrix(s, c).astype(np.float32) for s, c in zip(shape, coarse))
     plane = np.matmul(my, noise @ mx.T)                              # (c, cz, Y, X)
     return np.einsum("Zz,czYX->cZYX", mz, plane)
-
-
-def _check_nonneg(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not np.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0; got {value}")
-    return value
 
 
 def cardiac_phantom_volume(rng: np.random.Generator, num_slices: int, size: int, *,
@@ -240,13 +230,8 @@ def cardiac_phantom_cases(key, num_cases: int, num_slices: int, size: int, *,
         >>> len(d.train.names), len(d.test.names)
         (16, 1)
     """
-    key = check_key(key)
-    num_cases = check_int("num_cases", num_cases, low=1)
-    num_slices = check_int("num_slices", num_slices, low=4)
-    size = check_int("size", size, low=8)
-    if num_test_cases is None:
-        num_test_cases = max(1, (2 * num_cases) // 7)
-    num_test_cases = check_int("num_test_cases", num_test_cases, low=0)
+    key, num_cases, num_slices, size, num_test_cases = _check_case_args(
+        key, num_cases, num_slices, size, num_test_cases, test_per_train=(2, 7))
     noise = _check_nonneg("noise", noise)
     deform = _check_nonneg("deform", deform)
     texture = _check_nonneg("texture", texture)

@@ -47,6 +47,7 @@ Example:
 
 from __future__ import annotations
 
+import numbers
 from typing import Optional
 
 import jax
@@ -221,16 +222,10 @@ def phantom_cases(key, num_cases: int, num_slices: int, size: int, *,
         >>> len(d.train.names), len(d.test.names)
         (16, 1)
     """
-    key = check_key(key)
-    num_cases = check_int("num_cases", num_cases, low=1)
-    num_slices = check_int("num_slices", num_slices, low=4)
-    size = check_int("size", size, low=8)
-    if num_test_cases is None:
-        num_test_cases = max(1, (2 * num_cases) // 3)
-    num_test_cases = check_int("num_test_cases", num_test_cases, low=0)
-    for name, val in (("deform", deform), ("noise", noise), ("texture", texture)):
-        if not np.isfinite(val) or val < 0:
-            raise ValueError(f"{name} must be a finite number >= 0; got {val}")
+    key, num_cases, num_slices, size, num_test_cases = _check_case_args(
+        key, num_cases, num_slices, size, num_test_cases, test_per_train=(2, 3))
+    deform, noise, texture = (_check_nonneg(n, v) for n, v in
+                              (("deform", deform), ("noise", noise), ("texture", texture)))
     lo, hi = z_scale
     if not (0.0 < lo <= hi <= 1.0):
         raise ValueError(f"z_scale must satisfy 0 < low <= high <= 1; got {z_scale}")
@@ -240,6 +235,32 @@ def phantom_cases(key, num_cases: int, num_slices: int, size: int, *,
         key, num_cases, num_test_cases, "case", SYNAPSE_CLASSES,
         lambda rng: phantom_volume(rng, num_slices, size, deform=deform, z_scale=z_scale,
                                    noise=noise, texture=texture, block_center=block_center))
+
+
+def _check_nonneg(name: str, value) -> float:
+    """``value`` as a float; TypeError unless a real number, ValueError unless finite >= 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0; got {value}")
+    return value
+
+
+def _check_case_args(key, num_cases, num_slices, size, num_test_cases,
+                     test_per_train: tuple[int, int]):
+    """Validated ``(key, num_cases, num_slices, size, num_test_cases)`` of a phantom data set;
+    ``num_test_cases=None`` becomes ``max(1, a * num_cases // b)`` for ``test_per_train =
+    (a, b)`` (Synapse 12 : 18 -> (2, 3); ACDC 20 : 70 -> (2, 7))."""
+    key = check_key(key)
+    num_cases = check_int("num_cases", num_cases, low=1)
+    num_slices = check_int("num_slices", num_slices, low=4)
+    size = check_int("size", size, low=8)
+    if num_test_cases is None:
+        a, b = test_per_train
+        num_test_cases = max(1, (a * num_cases) // b)
+    num_test_cases = check_int("num_test_cases", num_test_cases, low=0)
+    return key, num_cases, num_slices, size, num_test_cases
 
 
 def _phantom_dataset(key, num_cases: int, num_test_cases: int, prefix: str,

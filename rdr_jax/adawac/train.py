@@ -87,7 +87,7 @@ from rdr_jax.training import (ModelGraph, merge_apply, restore_checkpoint, save_
 __all__ = ["METHODS", "MethodSpec", "TRIM_KEEP_RATIO", "TinySegNet", "PairLoader",
            "TrainState", "ModelGraph", "StepMetrics", "TrainResult", "method_spec",
            "validate_config", "build_model", "make_optimizer", "make_mesh", "init_state",
-           "row_weights", "make_train_step", "evaluate", "save_checkpoint",
+           "row_weights", "make_train_step", "settings_optimizer", "evaluate", "save_checkpoint",
            "restore_checkpoint", "train", "save_history", "history_json"]
 
 #: fraction of slices with foreground in the full Synapse training set (1280 of 2211): the
@@ -350,6 +350,13 @@ class TinySegNet(nnx.Module):
 
 
 _MODELS = ("tiny", "unet", "transunet")
+
+
+def settings_optimizer(st: "_Settings") -> optax.GradientTransformation:
+    """The parameter optimizer of validated settings (:func:`validate_config`): SGD with the
+    config's lr, momentum, weight decay and schedule over ``st.num_steps``."""
+    return make_optimizer(st.lr, momentum=st.momentum, weight_decay=st.weight_decay,
+                          schedule=st.schedule, num_steps=st.num_steps)
 
 
 def build_model(config: Any, num_classes: int, *, image_size: int, seed: int = 0) -> nnx.Module:
@@ -686,8 +693,7 @@ def _jitted_step(graph: ModelGraph, st: _Settings, mesh: Mesh) -> Callable:
     """The jitted, sharded step for (graph, settings, mesh); cached, so repeated
     :func:`train` calls with the same architecture and settings (resume, seeds) compile once.
     """
-    tx = make_optimizer(st.lr, momentum=st.momentum, weight_decay=st.weight_decay,
-                        schedule=st.schedule, num_steps=st.num_steps)
+    tx = settings_optimizer(st)
     step_fn = make_train_step(graph, tx, st.spec, eta=st.eta, lam=st.lam,
                               dice_weight=st.dice_weight, wac_weight=st.wac_weight,
                               keep_ratio=st.keep_ratio)
@@ -764,8 +770,7 @@ def train(config: Any, data: SliceDataset, *, test: Optional[VolumeDataset] = No
     fg = has_foreground(data)
     size = images.shape[1]
     model = build_model(config, num_classes, image_size=size, seed=st.seed)
-    tx = make_optimizer(st.lr, momentum=st.momentum, weight_decay=st.weight_decay,
-                        schedule=st.schedule, num_steps=st.num_steps)
+    tx = settings_optimizer(st)
     graph, state = init_state(model, tx, _initial_beta(st.spec, fg, jnp.float32))
     loader = PairLoader(n, st.batch_size, seed=st.seed)
     history = {"step": [], "epoch": [], "beta": [], "ce": [], "cons": [],
