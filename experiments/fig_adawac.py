@@ -79,6 +79,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import env_info, host_threads  # noqa: E402
+from train_adawac import roc_auc  # noqa: E402  (ROC AUC over finite scores)
 
 from rdr_jax.adawac import configs as adawac_configs  # noqa: E402
 from rdr_jax.adawac import plots  # noqa: E402
@@ -163,27 +164,6 @@ def apply_overrides(cfg, overrides: list[str]):
 
 
 # ============================================================================ statistics
-
-
-def roc_auc(labels: Any, scores: Any) -> float:
-    """ROC AUC of ``scores`` for the boolean ``labels`` over the entries with a finite score;
-    NaN when one class is absent there.
-
-    Example:
-        >>> roc_auc([False, True, True], [0.1, 0.9, float("nan")])
-        1.0
-    """
-    from sklearn.metrics import roc_auc_score
-    y = np.asarray(labels, bool)
-    s = np.asarray(scores, np.float64)
-    if y.shape != s.shape or y.ndim != 1:
-        raise ValueError(f"labels and scores must be 1-D of the same length; got {y.shape} "
-                         f"and {s.shape}")
-    ok = np.isfinite(s)
-    y, s = y[ok], s[ok]
-    if y.all() or not y.any():
-        return float("nan")
-    return float(roc_auc_score(y, s))
 
 
 def group_means(table: Any, dense: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -105,12 +105,25 @@ def load_data(cfg, args):
     return data, "phantom"
 
 
-def _auc(labels, scores):
+def roc_auc(labels, scores) -> float:
+    """ROC AUC of ``scores`` for the boolean ``labels`` over the entries with a finite score;
+    NaN when one class is absent there.
+
+    Example:
+        >>> roc_auc([False, True, True], [0.1, 0.9, float("nan")])
+        1.0
+    """
     from sklearn.metrics import roc_auc_score
-    labels = np.asarray(labels, bool)
-    if labels.all() or not labels.any():
+    y = np.asarray(labels, bool)
+    s = np.asarray(scores, np.float64)
+    if y.shape != s.shape or y.ndim != 1:
+        raise ValueError(f"labels and scores must be 1-D of the same length; got {y.shape} "
+                         f"and {s.shape}")
+    ok = np.isfinite(s)
+    y, s = y[ok], s[ok]
+    if y.all() or not y.any():
         return float("nan")
-    return float(roc_auc_score(labels, np.asarray(scores, np.float64)))
+    return float(roc_auc_score(y, s))
 
 
 def parse_args(argv=None):
@@ -185,8 +198,8 @@ def run(args):
                    "steps": int(res.state.step),
                    "dice": res.test["dice"] if res.test else float("nan"),
                    "hd95": res.test["hd95"] if res.test else float("nan"),
-                   "auc_beta_foreground": _auc(fg, beta),
-                   "auc_beta_dense1pct": _auc(frac >= 0.01, beta),
+                   "auc_beta_foreground": roc_auc(fg, beta),
+                   "auc_beta_dense1pct": roc_auc(frac >= 0.01, beta),
                    "seconds_per_step": res.seconds_per_step}
             rows.append(row)
             results["runs"].append({**row, "per_class_dice": (res.test or {}).get(
