@@ -446,42 +446,38 @@ def test_data_parallel_8_devices_matches_1_device():
 
 
 def test_phantom_beta_separates_dense_from_sparse_slices():
-    """Quick config (30 epochs of the tiny CNN on 8 phantom cases x 16 slices of 32 x 32).
+    """Quick config (30 epochs of the tiny CNN on 8 phantom cases x 16 slices of 32 x 32),
+    three training seeds.
 
     The thesis calls a slice label-sparse when "most pixels are labeled as background"
     (``sec:problem_setup_adawac``) and predicts beta -> 0 on label-sparse and -> 1 on
-    label-dense slices (``prop:spontaneous_separation_sparse_dense``). Measured here:
-
-    * AUC(beta, foreground >= 1% of the slice) = 0.941 and AUC(beta; >= 1% vs empty) = 0.950:
-      the separation the thesis predicts (asserted >= 0.9);
-    * AUC(beta, slice has any foreground) = 0.875, *below* the 0.9 the issue asked for. About
-      a quarter of the foreground slices are aorta-only / organ-tip slices with 1-10
-      labelled pixels (< 1%); their CE is nearly as small as an empty slice's, so beta treats
-      them as label-sparse, as the theory says it should: AUC(beta; 0 < fg < 1% vs empty) =
-      0.637, close to chance (asserted < 0.75), which is what caps the has-foreground AUC.
+    label-dense slices (``prop:spontaneous_separation_sparse_dense``). Measured (seeds 0, 1,
+    2): ROC AUC of the final beta against "slice has foreground" 0.975 / 0.924 / 0.946,
+    against "foreground >= 1% of the slice" 0.971 / 0.930 / 0.972. The mechanism is the
+    thesis' one: empty end slices (pelvis, lung bases) have the larger consistency loss and
+    a near-zero CE, so their ``ce - cons`` is negative and beta falls.
     """
     cfg = configs.get_config("phantom_quick")
     d = phantom_cases(jax.random.key(0), cfg.data.num_cases, cfg.data.num_slices,
                       cfg.data.size, num_test_cases=0)
     fg = has_foreground(d.train)
     frac = (d.train.labels > 0).reshape(len(fg), -1).mean(1)
-    res = train(cfg, d.train)
-    beta = np.asarray(res.state.beta)
-    dense, empty = frac >= 0.01, frac == 0
-    tiny = ~dense & ~empty
-    auc_fg = roc_auc_score(fg, beta)
-    auc_dense = roc_auc_score(dense, beta)
-    auc_dense_vs_empty = roc_auc_score(dense[dense | empty], beta[dense | empty])
-    auc_tiny_vs_empty = roc_auc_score(tiny[tiny | empty], beta[tiny | empty])
-    print(f"AUC(beta, fg)={auc_fg:.3f} AUC(beta, >=1%)={auc_dense:.3f} "
-          f"dense vs empty={auc_dense_vs_empty:.3f} tiny vs empty={auc_tiny_vs_empty:.3f}")
-    assert tiny.sum() >= 0.15 * fg.sum()       # the phantom has label-sparse fg slices
-    assert auc_dense >= 0.9
-    assert auc_dense_vs_empty >= 0.9
-    assert auc_tiny_vs_empty < 0.75            # label-sparse fg slices are ranked like empty
-    assert auc_fg >= 0.82                      # regression guard on the measured 0.875
-    # beta moved from 1/2 and the heat-map history has one snapshot per epoch
-    assert len(res.history["beta"]) == cfg.epochs and np.std(beta) > 0.05
+    dense = frac >= 0.01
+    assert 0.3 <= fg.mean() <= 0.8 and (fg & ~dense).sum() >= 5  # both kinds of sparse slice
+    for seed in (0, 1, 2):
+        cfg.seed = seed
+        res = train(cfg, d.train)
+        beta = np.asarray(res.state.beta)
+        auc_fg, auc_dense = roc_auc_score(fg, beta), roc_auc_score(dense, beta)
+        cons = np.asarray(res.history["cons"]).sum(0)
+        auc_cons = roc_auc_score(fg, -cons)
+        print(f"seed {seed}: AUC(beta, fg)={auc_fg:.3f} AUC(beta, >=1%)={auc_dense:.3f} "
+              f"AUC(-sum cons, fg)={auc_cons:.3f}")
+        assert auc_fg >= 0.9, (seed, auc_fg)
+        assert auc_dense >= 0.9, (seed, auc_dense)
+        assert auc_cons > 0.5, (seed, auc_cons)   # empty slices: the larger consistency loss
+        # beta moved from 1/2 and the heat-map history has one snapshot per epoch
+        assert len(res.history["beta"]) == cfg.epochs and np.std(beta) > 0.05
 
 
 # ------------------------------------------------------------------ experiment script
