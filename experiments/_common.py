@@ -1,5 +1,5 @@
 """Shared helpers for the experiment scripts: environment record, host thread limits,
-load average, integer-list arguments."""
+load average, integer-list arguments, NaN-aware ROC AUC."""
 
 from __future__ import annotations
 
@@ -79,3 +79,24 @@ def run_main(parse_args, run, argv=None):
     jax.config.update("jax_enable_x64", True)
     with host_threads(args.host_threads):
         return run(args, argv)
+
+
+def roc_auc(labels, scores) -> float:
+    """ROC AUC of ``scores`` for the boolean ``labels`` over the entries with a finite score;
+    NaN when one class is absent there.
+
+    Example:
+        >>> roc_auc([False, True, True], [0.1, 0.9, float("nan")])
+        1.0
+    """
+    from sklearn.metrics import roc_auc_score
+    y = np.asarray(labels, bool)
+    s = np.asarray(scores, np.float64)
+    if y.shape != s.shape or y.ndim != 1:
+        raise ValueError(f"labels and scores must be 1-D of the same length; got {y.shape} "
+                         f"and {s.shape}")
+    ok = np.isfinite(s)
+    y, s = y[ok], s[ok]
+    if y.all() or not y.any():
+        return float("nan")
+    return float(roc_auc_score(y, s))

@@ -78,8 +78,7 @@ import scipy.ndimage
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import env_info, host_threads  # noqa: E402
-from train_adawac import roc_auc  # noqa: E402  (ROC AUC over finite scores)
+from _common import env_info, host_threads, roc_auc  # noqa: E402
 
 from rdr_jax.adawac import configs as adawac_configs  # noqa: E402
 from rdr_jax.adawac import plots  # noqa: E402

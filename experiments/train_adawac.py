@@ -51,7 +51,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import env_info, host_threads, ints  # noqa: E402
+from _common import env_info, host_threads, ints, roc_auc  # noqa: E402
 
 from rdr_jax.adawac import configs as adawac_configs  # noqa: E402
 from rdr_jax.adawac.data import has_foreground, load_acdc, load_synapse, make_subset  # noqa: E402
@@ -103,27 +103,6 @@ def load_data(cfg, args):
         return data, "cardiac_phantom"
     data = phantom_cases(key, *shape, num_test_cases=cfg.data.num_test_cases)
     return data, "phantom"
-
-
-def roc_auc(labels, scores) -> float:
-    """ROC AUC of ``scores`` for the boolean ``labels`` over the entries with a finite score;
-    NaN when one class is absent there.
-
-    Example:
-        >>> roc_auc([False, True, True], [0.1, 0.9, float("nan")])
-        1.0
-    """
-    from sklearn.metrics import roc_auc_score
-    y = np.asarray(labels, bool)
-    s = np.asarray(scores, np.float64)
-    if y.shape != s.shape or y.ndim != 1:
-        raise ValueError(f"labels and scores must be 1-D of the same length; got {y.shape} "
-                         f"and {s.shape}")
-    ok = np.isfinite(s)
-    y, s = y[ok], s[ok]
-    if y.all() or not y.any():
-        return float("nan")
-    return float(roc_auc_score(y, s))
 
 
 def parse_args(argv=None):

@@ -163,24 +163,24 @@ def phantom_volume(rng: np.random.Generator, num_slices: int, size: int, *,
     by, bx = rng.uniform(0.78, 0.9), rng.uniform(0.88, 0.97)
     body_r = (yy / by) ** 2 + (xx / bx) ** 2 + 0.05 * fields[-1]
     bowel = _smooth_field(rng, 1, s_shape, coarse=(6, 9, 9))[0] > bowel_threshold
+    body, inside_wall, cavity = body_r < 1.0, body_r < 0.86, body_r < 0.72
     hu = np.full(s_shape, _HU_AIR)
-    hu = np.where(body_r < 1.0, _HU_FAT, hu)
-    hu = np.where(body_r < 0.86, _HU_BODY, hu)
-    hu = np.where(body_r < 0.72, np.where(bowel, _HU_BOWEL, _HU_FAT), hu)
+    hu = np.where(body, _HU_FAT, hu)
+    hu = np.where(inside_wall, _HU_BODY, hu)
+    hu = np.where(cavity, np.where(bowel, _HU_BOWEL, _HU_FAT), hu)
     spine = ((yy - 0.55) / 0.14) ** 2 + (xx / 0.13) ** 2 < 1.0
-    hu = np.where(spine & (body_r < 1.0), _HU_BONE, hu)
+    hu = np.where(spine & body, _HU_BONE, hu)
     # Unlabelled anatomy beyond the organ block, in organ-block coordinates u (0 = inferior
     # end, 1 = liver dome): lung bases above the diaphragm and the iliac wings of the pelvis
     # below the kidneys, both growing away from the block. Organs drawn next overwrite them.
     u = (zz - block_center - zshift) / zscale + 0.5
-    cavity = body_r < 0.72
     for side in (-1.0, 1.0):
         lung = (((yy - 0.1) / 0.5) ** 2 + ((xx - side * 0.4) / 0.32) ** 2
                 < np.clip((u - 0.78) / 0.2, 0.0, 1.0))
         ilium = (((yy - 0.3) / 0.12) ** 2 + ((xx - side * 0.55) / 0.22) ** 2
                  < np.clip((0.2 - u) / 0.15, 0.0, 1.0))
         hu = np.where(lung & cavity, _HU_LUNG, hu)
-        hu = np.where(ilium & (body_r < 0.86), _HU_BONE, hu)
+        hu = np.where(ilium & inside_wall, _HU_BONE, hu)
 
     best = np.full(s_shape, np.inf)
     label = np.zeros(s_shape, np.uint8)
@@ -204,7 +204,6 @@ def phantom_volume(rng: np.random.Generator, num_slices: int, size: int, *,
 
     img = hu_to_unit(hu)
     img = scipy.ndimage.gaussian_filter(img, sigma=(0.0, 0.6, 0.6))
-    body = body_r < 1.0
     img = img + body * texture * fields[-2]
     img = img + noise * rng.standard_normal(s_shape)
     img = np.clip(img, 0.0, 1.0).astype(dtype)
