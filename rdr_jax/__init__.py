@@ -4,7 +4,8 @@ Foundations (this package's top level):
 
 * :func:`as_operator` and :mod:`rdr_jax.operators` -- the linear-operator protocol
   (dense, scipy.sparse, BCOO, implicit, factored);
-* :mod:`rdr_jax.sketching` -- Gaussian, SRTT and sparse sign embeddings;
+* :mod:`rdr_jax.sketching` -- Gaussian, SRTT and sparse sign embeddings and their choice
+  objects (``Gaussian()``, ``SRTT()``, ``SparseSign(zeta)``);
 * :func:`rangefinder`, :func:`range_sketch`, :func:`rsvd` -- randomized rangefinder/SVD
   with (stable or plain) power iterations;
 * :mod:`rdr_jax.norms` -- randomized spectral/Frobenius norm estimators;
@@ -12,19 +13,28 @@ Foundations (this package's top level):
 * :mod:`rdr_jax.datasets` -- offline loaders (MNIST IDX, Matrix Market, YaleFace .mat,
   scikit-learn digits).
 
-Chapter 2 (randomized pivoting ID/CUR): :mod:`rdr_jax.pivoting` (LUPP, CPQR, leverage
-scores, swaps, eta), :mod:`rdr_jax.skeletons` (Algorithm ``algo:sketch_pivot_CUR_general``,
-the thesis' seven variants, streaming, fixed accuracy), :mod:`rdr_jax.id_cur`
-(:func:`interpolative`, :func:`cur`, :func:`id_to_svd`, :func:`lowrank_error`).
+Chapter 2 (randomized pivoting ID/CUR), one module per responsibility:
+
+* :mod:`rdr_jax.pivoting` -- the pivoting kernels (LUPP, CPQR, leverage scores, swaps, eta);
+* :mod:`rdr_jax.selection` -- Algorithm ``algo:sketch_pivot_CUR_general``: the pivoting
+  choices (``LUPP()``, ``CPQR()``, ``DEIM()``, ``Leverage()``, ``SRCUR()``), :class:`Method`,
+  the thesis' seven variants, :func:`select_columns`, :func:`select_rows`,
+  :func:`select_skeletons`;
+* :mod:`rdr_jax.decompositions` -- :func:`interpolative`, :func:`cur`, :func:`id_to_svd`;
+* :mod:`rdr_jax.fixed_accuracy` -- blocked randomized LUPP to a tolerance;
+* :mod:`rdr_jax.streaming` -- the one-pass Algorithm ``algo:sketch_pivot_CUR_online``;
+* :mod:`rdr_jax.diagnostics` -- exact errors, certificates, reference singular values
+  (host side).
+
 Chapter 3 (canonical angles): :mod:`rdr_jax.angles`.
 """
 
 from rdr_jax import datasets, matrices, norms, operators, sketching
 from rdr_jax import angles
-from rdr_jax import id_cur, pivoting, skeletons
-from rdr_jax.id_cur import (CUR, ColumnID, RowID, TwoSidedID, certificate, cur, id_to_svd,
-                            interpolative, lowrank_error)
-from rdr_jax.skeletons import select_columns, select_rows, select_skeletons
+from rdr_jax import decompositions, diagnostics, fixed_accuracy, pivoting, selection, streaming
+from rdr_jax.decompositions import CUR, ColumnID, RowID, TwoSidedID, cur, id_to_svd, interpolative
+from rdr_jax.diagnostics import (Certificate, LowRankError, certificate, exact_singular_values,
+                                 lowrank_error)
 from rdr_jax.norms import frobenius_norm, spectral_norm, spectral_norm_upper
 from rdr_jax.operators import (
     DenseOperator,
@@ -33,20 +43,31 @@ from rdr_jax.operators import (
     LinearOperator,
     SparseOperator,
     as_operator,
-    exact_singular_values,
     factored_operator,
     implicit_operator,
 )
 from rdr_jax.randomized_svd import RSVD, range_sketch, rangefinder, rsvd
+from rdr_jax.selection import (CPQR, DEIM, LUPP, SRCUR, ColumnSelection, Leverage, Method,
+                               RowSelection, Skeletons, select_columns, select_rows,
+                               select_skeletons)
+from rdr_jax.sketching import SRTT, Gaussian, SparseSign
+from rdr_jax.streaming import (StreamingSkeletons, cur_from_skeletons, retrieve_skeletons,
+                               streaming_sketches, streaming_skeletons)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "angles", "id_cur", "pivoting", "skeletons",
-    "CUR", "ColumnID", "RowID", "TwoSidedID", "certificate", "cur", "id_to_svd", "interpolative",
-    "lowrank_error", "select_columns", "select_rows", "select_skeletons",
+    "angles", "decompositions", "diagnostics", "fixed_accuracy", "pivoting", "selection",
+    "streaming", "datasets", "matrices", "norms", "operators", "sketching",
+    "CUR", "ColumnID", "RowID", "TwoSidedID", "cur", "id_to_svd", "interpolative",
+    "Certificate", "LowRankError", "certificate", "exact_singular_values", "lowrank_error",
+    "frobenius_norm", "spectral_norm", "spectral_norm_upper",
     "DenseOperator", "FactoredOperator", "ImplicitOperator", "LinearOperator", "SparseOperator",
-    "RSVD", "as_operator", "datasets", "exact_singular_values", "factored_operator",
-    "frobenius_norm", "implicit_operator", "matrices", "norms", "operators", "range_sketch",
-    "rangefinder", "rsvd", "sketching", "spectral_norm", "spectral_norm_upper",
+    "as_operator", "factored_operator", "implicit_operator",
+    "RSVD", "range_sketch", "rangefinder", "rsvd",
+    "CPQR", "DEIM", "LUPP", "SRCUR", "Leverage", "Method", "ColumnSelection", "RowSelection",
+    "Skeletons", "select_columns", "select_rows", "select_skeletons",
+    "Gaussian", "SRTT", "SparseSign",
+    "StreamingSkeletons", "cur_from_skeletons", "retrieve_skeletons", "streaming_sketches",
+    "streaming_skeletons",
 ]

@@ -405,8 +405,8 @@ class SparseOperator(LinearOperator):
     col_c: jax.Array
     indptr_c: jax.Array
     shape: tuple[int, int]
-    max_row_nnz: int
-    max_col_nnz: int
+    max_row_nnz: int | None   # None: unknown (built under jit from a traced BCOO)
+    max_col_nnz: int | None
 
     @property
     def dtype(self):
@@ -445,16 +445,60 @@ class SparseOperator(LinearOperator):
 
     @classmethod
     def from_bcoo(cls, A: jsparse.BCOO) -> "SparseOperator":
-        """Build from a 2-D ``jax.experimental.sparse.BCOO`` (concrete, outside jit)."""
+        """Build from a 2-D ``jax.experimental.sparse.BCOO``.
+
+        Concrete BCOO: converted on the host (duplicates summed, fixed-width row/column
+        windows). Traced BCOO (a BCOO passed as an argument of the caller's ``jit``): the
+        CSR/CSC orders are built with a traced sort; padding entries (BCOO marks them with
+        out-of-range indices) get zero values and sort last; ``rows``/``cols`` then scatter
+        over all nonzeros (O(nnz)) since no static window width is known.
+        """
         if A.n_batch or A.n_dense:
             raise ValueError("A: only 2-D BCOO matrices without batch/dense dimensions are "
                              f"supported; got n_batch={A.n_batch}, n_dense={A.n_dense}")
+        m, n = A.shape
+        if not V.is_concrete(A.data) or not V.is_concrete(A.indices):
+            return cls._from_traced_coo(A.data, A.indices[:, 0], A.indices[:, 1], (m, n))
         idx = np.asarray(A.indices)
         data = np.asarray(A.data)
-        m, n = A.shape
         keep = (idx[:, 0] < m) & (idx[:, 1] < n)  # BCOO pads with out-of-range indices
         coo = sp.coo_matrix((data[keep], (idx[keep, 0], idx[keep, 1])), shape=(m, n))
         return cls.from_scipy(coo, dtype=data.dtype)
+
+    @classmethod
+    def _from_traced_coo(cls, data, row, col, shape) -> "SparseOperator":
+        m, n = shape
+        valid = (row < m) & (col < n) & (row >= 0) & (col >= 0)
+        data = jnp.where(valid, data, jnp.zeros((), data.dtype))
+        row = jnp.where(valid, row, m).astype(jnp.int32)
+        col = jnp.where(valid, col, n).astype(jnp.int32)
+        o_r = jnp.lexsort((col, row))
+        o_c = jnp.lexsort((row, col))
+        r_r, c_c = row[o_r], col[o_c]
+        return cls(
+            data_r=data[o_r], row_r=r_r, col_r=col[o_r],
+            indptr_r=jnp.searchsorted(r_r, jnp.arange(m + 1, dtype=jnp.int32)).astype(jnp.int32),
+            data_c=data[o_c], row_c=row[o_c], col_c=c_c,
+            indptr_c=jnp.searchsorted(c_c, jnp.arange(n + 1, dtype=jnp.int32)).astype(jnp.int32),
+            shape=(int(m), int(n)), max_row_nnz=None, max_col_nnz=None)
+
+    def _scatter_select(self, I, J):
+        """``A[I][:, J]`` (``None``: all) by one scatter over the nonzeros, O(nnz); used when
+        the window widths are not static (traced BCOO input)."""
+        m, n = self.shape
+        if I is None:
+            pi, ki = self.row_r, m
+        else:
+            ki = I.shape[0]
+            pi = jnp.full((m + 1,), ki, jnp.int32).at[I].set(
+                jnp.arange(ki, dtype=jnp.int32))[self.row_r]
+        if J is None:
+            pj, kj = self.col_r, n
+        else:
+            kj = J.shape[0]
+            pj = jnp.full((n + 1,), kj, jnp.int32).at[J].set(
+                jnp.arange(kj, dtype=jnp.int32))[self.col_r]
+        return jnp.zeros((ki, kj), self.dtype).at[pi, pj].add(self.data_r, mode="drop")
 
     def to_scipy(self) -> sp.csr_matrix:
         return sp.csr_matrix((np.asarray(self.data_r), np.asarray(self.col_r),
@@ -482,18 +526,24 @@ class SparseOperator(LinearOperator):
 
     def rows(self, I):
         I = jnp.asarray(I)
+        if self.max_row_nnz is None:
+            return self._scatter_select(I, None)
         vals, cols = _window_gather(self.indptr_r, self.data_r, self.col_r, I, self.max_row_nnz)
         out = jnp.zeros((I.shape[0], self.shape[1]), self.dtype)
         return out.at[jnp.arange(I.shape[0])[:, None], cols].add(vals)
 
     def cols(self, J):
         J = jnp.asarray(J)
+        if self.max_col_nnz is None:
+            return self._scatter_select(None, J)
         vals, rows = _window_gather(self.indptr_c, self.data_c, self.row_c, J, self.max_col_nnz)
         out = jnp.zeros((self.shape[0], J.shape[0]), self.dtype)
         return out.at[rows, jnp.arange(J.shape[0])[:, None]].add(vals)
 
     def submatrix(self, I, J):
         I, J = jnp.asarray(I), jnp.asarray(J)
+        if self.max_row_nnz is None:
+            return self._scatter_select(I, J)
         vals, cols = _window_gather(self.indptr_r, self.data_r, self.col_r, I, self.max_row_nnz)
         pos = jnp.full((self.shape[1],), J.shape[0], jnp.int32).at[J].set(
             jnp.arange(J.shape[0], dtype=jnp.int32))[cols]
@@ -512,7 +562,7 @@ class SparseOperator(LinearOperator):
 
     def todense(self):
         out = jnp.zeros(self.shape, self.dtype)
-        return out.at[self.row_r, self.col_r].add(self.data_r)
+        return out.at[self.row_r, self.col_r].add(self.data_r, mode="drop")
 
     def apply_sketch(self, sketch):
         return sketch.apply_sparse(self)
@@ -747,40 +797,3 @@ def _check_float(name: str, dtype: np.dtype) -> None:
                         f"complex) matrices: convert with A.astype(np.float32/np.float64)")
     if dtype not in V.REAL_DTYPES + V.COMPLEX_DTYPES:
         raise TypeError(f"{name} has unsupported dtype {dtype}; use float32/float64")
-
-
-def exact_singular_values(A: Any) -> np.ndarray:
-    """All singular values of a (small or factored) matrix, in float64, descending.
-
-    Dense/sparse/implicit inputs are densified (small problems only). For a
-    :class:`FactoredOperator` ``L diag(d) R^H`` the values come from the r x r core
-    ``R_L diag(d) R_R^H`` where ``L = Q_L R_L``, ``R = Q_R R_R`` (R factors from a QR, or from
-    the small Gram matrices for large sparse factors), so a 10^6 x 10^6 factored matrix costs
-    O(nnz r + r^3).
-    """
-    op = as_operator(A)
-    if isinstance(op, FactoredOperator):
-        ML = _factor_core(op.L)
-        MR = _factor_core(op.R)
-        core = (ML * np.asarray(op.d)[None, :]) @ MR.conj().T
-        return np.linalg.svd(core, compute_uv=False)
-    return np.linalg.svd(np.asarray(op.todense(), dtype=np.complex128
-                                    if np.dtype(op.dtype).kind == "c" else np.float64),
-                         compute_uv=False)
-
-
-def _factor_core(F: LinearOperator, dense_limit: int = 1 << 25) -> np.ndarray:
-    """An r x r matrix M with F = U M for some U with orthonormal columns (F^H F = M^H M).
-
-    Small factors: M = R from a QR of F (singular values accurate to ~eps ||F||). Large
-    sparse factors: M = sqrt(w) Q^H from the eigendecomposition of the sparse Gram matrix
-    F^H F (no densification; values below ~sqrt(eps) of the largest lose relative accuracy).
-    """
-    wide = np.float64 if np.dtype(F.dtype).kind == "f" else np.complex128
-    m, r = F.shape
-    if m * r <= dense_limit or not isinstance(F, SparseOperator):
-        D = F.to_scipy().toarray() if isinstance(F, SparseOperator) else np.asarray(F.todense())
-        return np.linalg.qr(D.astype(wide), mode="r")
-    S = F.to_scipy().astype(wide)
-    w, Q = np.linalg.eigh((S.conj().T @ S).toarray())
-    return np.sqrt(np.clip(w, 0, None))[:, None] * Q.conj().T

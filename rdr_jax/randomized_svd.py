@@ -30,9 +30,9 @@ import jax.numpy as jnp
 
 from rdr_jax import _validation as V
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
-from rdr_jax.sketching import SKETCHES, make_sketch
+from rdr_jax.sketching import as_sketch
 
-__all__ = ["rangefinder", "range_sketch", "rsvd", "RSVD"]
+__all__ = ["rangefinder", "range_sketch", "rsvd", "RSVD", "power_range", "orth"]
 
 
 class RSVD(NamedTuple):
@@ -43,50 +43,51 @@ class RSVD(NamedTuple):
     Vt: jax.Array
 
 
-def _orth(Y):
+def orth(Y):
+    """Orthonormal basis of the columns of ``Y`` (thin Householder QR)."""
     return jnp.linalg.qr(Y, mode="reduced")[0]
 
 
-def _range_sketch(key, op: LinearOperator, l: int, power_iters: int, sketch: str,
-                  stable: bool, sketch_options: tuple):
-    m, n = op.shape
-    dt = op.dtype
-    S = make_sketch(sketch, key, l, n, dtype=dt, **dict(sketch_options))
+def power_range(key, op: LinearOperator, l: int, sketch, power_iters: int, stable: bool):
+    """Traceable core of :func:`range_sketch` (no validation; ``sketch`` a choice object).
+
+    ``Y = (A A^H)^q A Omega^H`` (plain, Eq. ``eq:def_power_iter``) or, with ``stable``, the
+    same subspace re-orthonormalised after every half iteration (Eq. ``eq:ortho_power_iter``).
+    """
+    n = op.shape[1]
+    S = sketch.draw(key, l, n, dtype=op.dtype)
     # A Omega^H = (Omega A^H)^H : the sketch meets A^H through the operator's fast path
-    Y = S.apply(op.H).conj().T
+    Y = op.H.apply_sketch(S).conj().T
     if stable:
-        Y = _orth(Y)
+        Y = orth(Y)
     for _ in range(power_iters):
         Z = op.rmatmat(Y)
         if stable:
-            Z = _orth(Z)
+            Z = orth(Z)
         Y = op.matmat(Z)
         if stable:
-            Y = _orth(Y)
+            Y = orth(Y)
     return Y
 
 
-@functools.partial(jax.jit, static_argnames=("l", "power_iters", "sketch", "stable",
-                                             "sketch_options", "orthonormalize"))
-def _range_jit(key, op, l, power_iters, sketch, stable, sketch_options, orthonormalize):
-    Y = _range_sketch(key, op, l, power_iters, sketch, stable, sketch_options)
-    return _orth(Y) if orthonormalize else Y
+@functools.partial(jax.jit, static_argnames=("l", "sketch", "power_iters", "stable",
+                                             "orthonormalize"))
+def _range_jit(key, op, l, sketch, power_iters, stable, orthonormalize):
+    Y = power_range(key, op, l, sketch, power_iters, stable)
+    return orth(Y) if orthonormalize else Y
 
 
-def _check_common(key, A, l, power_iters, sketch, sketch_options):
+def _check_common(key, A, l, power_iters, sketch):
     key = V.check_key(key)
     op = as_operator(A)
     m, n = op.shape
     l = V.check_int("l", l, low=1, high=min(m, n), high_desc=f"min(m, n) for A of shape {(m, n)}")
     q = V.check_int("power_iters", power_iters, low=0)
-    if not isinstance(sketch, str) or sketch not in SKETCHES:
-        raise ValueError(f"sketch must be one of {sorted(SKETCHES)}; got {sketch!r}")
-    opts = tuple(sorted((sketch_options or {}).items()))
-    return key, op, l, q, opts
+    return key, op, l, q, as_sketch(sketch)
 
 
-def range_sketch(key, A: Any, l: int, *, power_iters: int = 0, sketch: str = "gaussian",
-                 stable: bool = True, sketch_options: dict | None = None) -> jax.Array:
+def range_sketch(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "gaussian",
+                 stable: bool = True) -> jax.Array:
     """Range sketch ``Y`` (m x l) with q power iterations, not orthonormalised at the end
     when ``stable=False`` (Eq. ``eq:def_power_iter``: ``Y = (A A^H)^q A Omega^H``).
 
@@ -94,12 +95,12 @@ def range_sketch(key, A: Any, l: int, *, power_iters: int = 0, sketch: str = "ga
     ``range_sketch(key, as_operator(A).H, l, power_iters=1, stable=False).conj().T``.
     Arguments as :func:`rangefinder`.
     """
-    key, op, l, q, opts = _check_common(key, A, l, power_iters, sketch, sketch_options)
-    return _range_jit(key, op, l, q, sketch, bool(stable), opts, False)
+    key, op, l, q, sk = _check_common(key, A, l, power_iters, sketch)
+    return _range_jit(key, op, l, sk, q, bool(stable), False)
 
 
-def rangefinder(key, A: Any, l: int, *, power_iters: int = 0, sketch: str = "gaussian",
-                stable: bool = True, sketch_options: dict | None = None) -> jax.Array:
+def rangefinder(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "gaussian",
+                stable: bool = True) -> jax.Array:
     """Orthonormal basis ``Q`` (m x l) of a randomized range sketch of ``A``.
 
     Implements thesis Eqs. ``eq:def_power_iter`` (``stable=False``) and
@@ -114,13 +115,14 @@ def rangefinder(key, A: Any, l: int, *, power_iters: int = 0, sketch: str = "gau
       A: matrix or operator (dense, scipy.sparse, BCOO, implicit, factored), m x n.
       l: sketch size, ``1 <= l <= min(m, n)`` (static).
       power_iters: q >= 0 (static).
-      sketch: ``"gaussian"``, ``"srtt"`` or ``"sparse_sign"``.
-      stable: re-orthonormalise every half iteration (default); ``False`` is the plain power
-        iteration of the thesis' "1piter" variants.
-      sketch_options: extra keyword arguments for the sketch (e.g. ``{"zeta": 4}``).
+      sketch: ``"gaussian"``, ``"srtt"``, ``"sparse_sign"`` or a choice object
+        (:class:`rdr_jax.sketching.Gaussian`, ``SRTT``, ``SparseSign(zeta=4)``).
+      stable: re-orthonormalise every half iteration (default everywhere in rdr_jax);
+        ``False`` is the plain power iteration of Eq. ``eq:def_power_iter``.
 
     Returns:
-      ``Q`` (m x l) with orthonormal columns, dtype of A.
+      ``Q`` (m x l) with orthonormal columns, dtype of A. Differentiable (``jax.grad``)
+      with every sketch; one compiled function per shape/dtype/choice.
 
     Raises:
       ValueError/TypeError: bad ``A`` (non-2-D, NaN/Inf, integer dtype), ``l`` outside
@@ -130,14 +132,13 @@ def rangefinder(key, A: Any, l: int, *, power_iters: int = 0, sketch: str = "gau
       >>> Q = rangefinder(jax.random.key(0), A, 20, power_iters=1)
       >>> err = jnp.linalg.norm(A - Q @ (Q.T @ A))
     """
-    key, op, l, q, opts = _check_common(key, A, l, power_iters, sketch, sketch_options)
-    return _range_jit(key, op, l, q, sketch, bool(stable), opts, True)
+    key, op, l, q, sk = _check_common(key, A, l, power_iters, sketch)
+    return _range_jit(key, op, l, sk, q, bool(stable), True)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "l", "power_iters", "sketch", "stable",
-                                             "sketch_options"))
-def _rsvd_jit(key, op, k, l, power_iters, sketch, stable, sketch_options):
-    Q = _orth(_range_sketch(key, op, l, power_iters, sketch, stable, sketch_options))
+@functools.partial(jax.jit, static_argnames=("k", "l", "sketch", "power_iters", "stable"))
+def _rsvd_jit(key, op, k, l, sketch, power_iters, stable):
+    Q = orth(power_range(key, op, l, sketch, power_iters, stable))
     B = op.rmatmat(Q).conj().T                                   # Q^H A  (l x n)
     Ut, s, Vt = jnp.linalg.svd(B, full_matrices=False)
     U = jnp.matmul(Q, Ut, precision=HIGHEST)
@@ -145,8 +146,7 @@ def _rsvd_jit(key, op, k, l, power_iters, sketch, stable, sketch_options):
 
 
 def rsvd(key, A: Any, k: int, *, oversample: int = 10, l: int | None = None,
-         power_iters: int = 0, sketch: str = "gaussian", stable: bool = True,
-         sketch_options: dict | None = None) -> RSVD:
+         power_iters: int = 0, sketch: Any = "gaussian", stable: bool = True) -> RSVD:
     """Randomized truncated SVD (thesis Algorithm ``algo:rsvd_power_iterations``,
     Eq. ``eq:rsvd_procedures``).
 
@@ -159,7 +159,7 @@ def rsvd(key, A: Any, k: int, *, oversample: int = 10, l: int | None = None,
       k: target rank (static), ``1 <= k <= l``.
       oversample: ``l = min(k + oversample, min(m, n))`` when ``l`` is not given.
       l: explicit sketch size (overrides ``oversample``), ``k <= l <= min(m, n)``.
-      power_iters, sketch, stable, sketch_options: as :func:`rangefinder`.
+      power_iters, sketch, stable: as :func:`rangefinder`.
 
     Returns:
       :class:`RSVD` ``(U, s, Vt)`` with U (m x k), s (k,), Vt (k x n).
@@ -178,5 +178,5 @@ def rsvd(key, A: Any, k: int, *, oversample: int = 10, l: int | None = None,
                         high_desc=f"min(m, n) for A of shape {(m, n)}")
         if k > l:
             raise ValueError(f"k must be <= l; got k = {k} > l = {l}")
-    key, op, l, q, opts = _check_common(key, op, l, power_iters, sketch, sketch_options)
-    return _rsvd_jit(key, op, k, l, q, sketch, bool(stable), opts)
+    key, op, l, q, sk = _check_common(key, op, l, power_iters, sketch)
+    return _rsvd_jit(key, op, k, l, sk, q, bool(stable))

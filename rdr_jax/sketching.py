@@ -29,9 +29,10 @@ same sketch, with or without jit.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, Union
 
 import jax
 import jax.numpy as jnp
@@ -40,8 +41,9 @@ import numpy as np
 from rdr_jax import _validation as V
 from rdr_jax.operators import HIGHEST, _concrete_on_cpu, _pytree, as_operator
 
-__all__ = ["gaussian", "srtt", "sparse_sign", "make_sketch", "SKETCHES", "GaussianSketch",
-           "SRTTSketch", "SparseSignSketch", "hash_normal"]
+__all__ = ["gaussian", "srtt", "sparse_sign", "make_sketch", "as_sketch", "SKETCHES",
+           "Gaussian", "SRTT", "SparseSign", "GaussianSketch", "SRTTSketch", "SparseSignSketch",
+           "hash_normal"]
 
 
 class _Sketch:
@@ -179,7 +181,7 @@ _GENERATORS: dict[str, Callable] = {
 }
 
 
-def gaussian(key, l: int, m: int, *, dtype=None, generator: str = "threefry") -> GaussianSketch:
+def gaussian(key, l: int, m: int, *, dtype=None, generator: str = "hash") -> GaussianSketch:
     """Gaussian embedding ``Gamma`` (l x m), entries i.i.d. ``N(0, 1/l)`` (thesis Sec. 2.2.2 (1)).
 
     ``E[Gamma^H Gamma] = I_m``; with ``l = k + p`` it solves the randomized rangefinder
@@ -191,9 +193,9 @@ def gaussian(key, l: int, m: int, *, dtype=None, generator: str = "threefry") ->
       l: sketch size (static int >= 1).
       m: number of columns of Gamma = rows of the matrices it is applied to (static int).
       dtype: float32/float64/complex64/complex128 (default float64 under x64, else float32).
-      generator: ``"threefry"`` (``jax.random.normal`` with the key's own implementation) or
-        ``"hash"`` (:func:`hash_normal`, 3-4x faster on CPU where generation, not the GEMM,
-        dominates the cost).
+      generator: ``"hash"`` (default; :func:`hash_normal`, 3-5x faster than threefry on CPU,
+        where generation would otherwise cost more than the GEMM it feeds) or ``"threefry"``
+        (``jax.random.normal`` with the key's own implementation).
 
     Example:
       >>> S = gaussian(jax.random.key(0), 20, 1000)
@@ -441,16 +443,110 @@ def sparse_sign(key, l: int, m: int, zeta: int = 8, *, dtype=None) -> SparseSign
 
 
 # --------------------------------------------------------------------------------------
-SKETCHES: dict[str, Callable] = {"gaussian": gaussian, "srtt": srtt, "sparse_sign": sparse_sign}
+# Sketch choices: small frozen, hashable objects (static under jit)
+# --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Gaussian:
+    """Choice of a Gaussian embedding (:func:`gaussian`), e.g. ``rsvd(key, A, k,
+    sketch=Gaussian())``.
 
-
-def make_sketch(name: str, key, l: int, m: int, *, dtype=None, **options: Any):
-    """Build a sketch by name (``"gaussian"``, ``"srtt"``, ``"sparse_sign"``).
-
-    ``options`` are passed to the constructor (e.g. ``zeta=8``, ``generator="hash"``).
+    ``generator="hash"`` (default, :func:`hash_normal`: a counter-based generator 3-5x faster
+    than threefry on CPU, where generating the l x m matrix otherwise costs more than the
+    GEMM it feeds) or ``"threefry"`` (``jax.random.normal``).
     """
-    if not isinstance(name, str) or name not in SKETCHES:
-        raise ValueError(f"sketch must be one of {sorted(SKETCHES)}; got {name!r}")
-    if name == "sparse_sign" and dtype is not None and np.dtype(dtype).kind == "c":
-        dtype = V.real_dtype(dtype)
-    return SKETCHES[name](key, l, m, dtype=dtype, **options)
+
+    generator: str = "hash"
+
+    name: ClassVar[str] = "gaussian"
+    streamable: ClassVar[bool] = True
+
+    def __post_init__(self):
+        if self.generator not in _GENERATORS:
+            raise ValueError(f"generator must be one of {sorted(_GENERATORS)}; "
+                             f"got {self.generator!r}")
+
+    def draw(self, key, l: int, m: int, *, dtype=None) -> GaussianSketch:
+        """The l x m embedding for ``key`` (key first, like ``jax.random``)."""
+        return gaussian(key, l, m, dtype=dtype, generator=self.generator)
+
+
+@dataclasses.dataclass(frozen=True)
+class SRTT:
+    """Choice of a subsampled randomized trigonometric transform (:func:`srtt`).
+    ``transform=None`` picks ``"dct"`` for real and ``"fft"`` for complex data."""
+
+    transform: str | None = None
+    permute: bool = True
+
+    name: ClassVar[str] = "srtt"
+    streamable: ClassVar[bool] = False
+
+    def __post_init__(self):
+        if self.transform is not None and self.transform not in _TRANSFORMS:
+            raise ValueError(f"transform must be one of {sorted(_TRANSFORMS)} or None; "
+                             f"got {self.transform!r}")
+
+    def draw(self, key, l: int, m: int, *, dtype=None) -> SRTTSketch:
+        dt = V.check_dtype("dtype", dtype if dtype is not None else V.default_float())
+        transform = self.transform
+        if transform is not None and (transform == "fft") != (dt.kind == "c"):
+            transform = None  # a real transform for complex data (or vice versa): use the default
+        return srtt(key, l, m, dtype=dt, transform=transform, permute=self.permute)
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseSign:
+    """Choice of a sparse sign embedding (:func:`sparse_sign`) with ``zeta`` nonzeros per
+    column (default 8; ``min(zeta, l)`` is used, the thesis' ``zeta = min(l, 8)``)."""
+
+    zeta: int = 8
+
+    name: ClassVar[str] = "sparse_sign"
+    streamable: ClassVar[bool] = True
+
+    def __post_init__(self):
+        V.check_int("zeta", self.zeta, low=1)
+
+    def draw(self, key, l: int, m: int, *, dtype=None) -> SparseSignSketch:
+        if dtype is not None and np.dtype(dtype).kind == "c":
+            dtype = V.real_dtype(dtype)  # a real sketch applies to complex data
+        return sparse_sign(key, l, m, min(self.zeta, int(l)), dtype=dtype)
+
+
+#: the friendly spelling of each sketch choice
+SKETCHES: dict[str, type] = {"gaussian": Gaussian, "srtt": SRTT, "sparse_sign": SparseSign}
+SketchChoice = Union[Gaussian, SRTT, SparseSign]
+
+
+def as_sketch(sketch: Any, **options: Any) -> SketchChoice:
+    """The sketch choice object for a name (``"gaussian"``, ``"srtt"``, ``"sparse_sign"``)
+    or an existing choice (returned unchanged).
+
+    ``options`` are the choice's fields for a name (``as_sketch("sparse_sign", zeta=4)``).
+
+    Raises:
+      ValueError: unknown name or option.
+    """
+    if isinstance(sketch, (Gaussian, SRTT, SparseSign)):
+        if options:
+            raise ValueError(f"options {sorted(options)} given with a sketch object {sketch!r}; "
+                             "set them on the object instead")
+        return sketch
+    if not isinstance(sketch, str) or sketch.lower() not in SKETCHES:
+        raise ValueError(f"sketch must be one of {sorted(SKETCHES)} or a sketch object "
+                         f"(Gaussian(), SRTT(), SparseSign()); got {sketch!r}")
+    cls = SKETCHES[sketch.lower()]
+    try:
+        return cls(**options)
+    except TypeError as e:
+        fields = [f.name for f in dataclasses.fields(cls)]
+        raise ValueError(f"sketch {sketch!r} takes options {fields}; got {sorted(options)}") from e
+
+
+def make_sketch(key, sketch: Any, l: int, m: int, *, dtype=None, **options: Any):
+    """Draw an l x m embedding: ``make_sketch(key, "sparse_sign", l, m, zeta=4)`` or
+    ``make_sketch(key, SparseSign(zeta=4), l, m)`` (key first, like ``jax.random``).
+
+    Returns a :class:`GaussianSketch`, :class:`SRTTSketch` or :class:`SparseSignSketch`.
+    """
+    return as_sketch(sketch, **options).draw(key, l, m, dtype=dtype)

@@ -60,3 +60,11 @@ def script():
         yield load_experiment
     finally:
         jax.config.update("jax_enable_x64", prev)
+
+
+@pytest.fixture
+def x64():
+    """float64 for one test, with the thread-local ``jax.enable_x64`` context (the global flag
+    is never flipped between cases)."""
+    with jax.enable_x64(True):
+        yield

@@ -1,0 +1,274 @@
+"""Diagnostics: exact errors, certificates and reference singular values (host side).
+
+These functions measure the algorithms of :mod:`rdr_jax.decompositions` and
+:mod:`rdr_jax.randomized_svd`; they are kept apart from them (like scikit-learn's
+``utils.extmath`` helpers) and run on the host in float64: they return Python floats in
+NamedTuples and are meant for experiments, tests and reports, not for use inside ``jit``.
+
+* :func:`lowrank_error` -- ``||A - A_hat||_F`` and ``||A - A_hat||_2`` for a low-rank
+  ``A_hat = F G H^H`` (exact for dense, small sparse and factored A; estimated otherwise).
+* :func:`certificate` -- the bound of Thm ``thm:pivoting_on_rangeapprox_error_bound``,
+  ``||A - C C^+ A|| <= eta ||A - A W^+ W||``, in both norms.
+* :func:`exact_singular_values` -- all singular values of a small or factored matrix.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rdr_jax import _validation as V
+from rdr_jax import norms
+from rdr_jax.operators import (HIGHEST, DenseOperator, FactoredOperator, LinearOperator,
+                               SparseOperator, as_operator, implicit_operator)
+from rdr_jax.randomized_svd import RSVD
+
+__all__ = ["LowRankError", "Certificate", "lowrank_error", "certificate",
+           "exact_singular_values", "factor_core"]
+
+
+class LowRankError(NamedTuple):
+    """``fro = ||A - A_hat||_F``, ``spec = ||A - A_hat||_2``, ``relative_fro = fro /
+    ||A||_F`` and whether the values are exact (``False``: randomized estimates)."""
+
+    fro: float
+    spec: float
+    relative_fro: float
+    exact: bool
+
+
+class Certificate(NamedTuple):
+    """Thm ``thm:pivoting_on_rangeapprox_error_bound`` for a column selection:
+    ``||A - C C^+ A||_xi <= eta * residual_xi`` with ``residual = ||A - A W^+ W||``;
+    ``fro``/``spec`` are the two bounds."""
+
+    fro: float
+    spec: float
+    eta: float
+    residual_fro: float
+    residual_spec: float
+
+
+def _wide(dtype):
+    return np.complex128 if np.dtype(dtype).kind == "c" else np.float64
+
+
+def factor_core(F: LinearOperator, dense_limit: int = 1 << 25) -> np.ndarray:
+    """An r x r matrix M with ``F = U M`` for some U with orthonormal columns
+    (``F^H F = M^H M``), in float64 on the host.
+
+    Small factors: M = R from a QR of F (singular values accurate to ~eps ||F||). Large
+    sparse factors: ``M = sqrt(w) Q^H`` from the eigendecomposition of the sparse Gram
+    matrix ``F^H F`` (no densification; values below ~sqrt(eps) of the largest lose
+    relative accuracy).
+    """
+    wide = _wide(F.dtype)
+    m, r = F.shape
+    if m * r <= dense_limit or not isinstance(F, SparseOperator):
+        D = F.to_scipy().toarray() if isinstance(F, SparseOperator) else np.asarray(F.todense())
+        return np.linalg.qr(D.astype(wide), mode="r")
+    S = F.to_scipy().astype(wide)
+    w, Q = np.linalg.eigh((S.conj().T @ S).toarray())
+    return np.sqrt(np.clip(w, 0, None))[:, None] * Q.conj().T
+
+
+def exact_singular_values(A: Any) -> np.ndarray:
+    """All singular values of a (small or factored) matrix, in float64, descending
+    (host-only reference for experiments and tests).
+
+    Dense/sparse/implicit inputs are densified (small problems only). For a
+    :class:`~rdr_jax.operators.FactoredOperator` ``L diag(d) R^H`` the values come from the
+    r x r core ``M_L diag(d) M_R^H`` (:func:`factor_core`), so a 10^6 x 10^6 factored
+    matrix costs O(nnz r + r^3).
+    """
+    op = as_operator(A)
+    if isinstance(op, FactoredOperator):
+        core = (factor_core(op.L) * np.asarray(op.d)[None, :]) @ factor_core(op.R).conj().T
+        return np.linalg.svd(core, compute_uv=False)
+    return np.linalg.svd(_dense64(op), compute_uv=False)
+
+
+def _dense64(op: LinearOperator) -> np.ndarray:
+    D = op.to_scipy().toarray() if isinstance(op, SparseOperator) else np.asarray(op.todense())
+    return D.astype(_wide(op.dtype))
+
+
+def _factors_of(approx, shape):
+    if isinstance(approx, RSVD):
+        F, G, H = approx.U * approx.s[None, :], None, approx.Vt.conj().T
+    elif hasattr(approx, "factors"):
+        F, G, H = approx.factors()
+    elif isinstance(approx, tuple) and len(approx) == 3:
+        F, G, H = approx
+    else:
+        raise TypeError("approx must be an ID/CUR result, an RSVD, or a tuple (F, G, H) with "
+                        f"A_hat = F G H^H; got {type(approx).__name__}")
+    m, n = shape
+    F, H = jnp.asarray(F), jnp.asarray(H)
+    r = F.shape[1] if F.ndim == 2 else -1
+    g_ok = G is None or (jnp.ndim(G) == 2 and jnp.shape(G) == (r, H.shape[1]))
+    if F.ndim != 2 or H.ndim != 2 or F.shape[0] != m or H.shape[0] != n or not g_ok or (
+            G is None and H.shape[1] != r):
+        raise ValueError(
+            f"approx is not a low-rank approximation of this A (shape {(m, n)}): its factors "
+            f"have shapes F {tuple(F.shape)}, G {None if G is None else tuple(jnp.shape(G))}, "
+            f"H {tuple(H.shape)}; need F (m x r), G (r x s) or None, H (n x s)")
+    return F, G, H
+
+
+def _check_relative(err: LowRankError, what: str) -> LowRankError:
+    if err.relative_fro > 1.0 + 1e-6:
+        warnings.warn(
+            f"{what}: ||A - A_hat||_F = {err.fro:.4g} exceeds ||A||_F (relative error "
+            f"{err.relative_fro:.4g} > 1): A_hat is no better than zero -- it is probably an "
+            "approximation of another matrix", RuntimeWarning, stacklevel=3)
+    return err
+
+
+def lowrank_error(A: Any, approx, *, key=None, dense_limit: int = 1 << 26,
+                  num_matvecs: int = 40) -> LowRankError:
+    """``||A - A_hat||_F`` and ``||A - A_hat||_2`` for a low-rank ``A_hat = F G H^H``
+    (host-side diagnostic, float64).
+
+    ``approx`` is an ID/CUR result (anything with ``.factors()``), an
+    :class:`~rdr_jax.randomized_svd.RSVD`, or a tuple ``(F, G, H)`` (G may be None).
+    Exact for dense inputs and for sparse inputs with ``m n <= dense_limit`` (densified,
+    float64 SVD), and for factored inputs ``A = L diag(d) R^H`` when
+    ``range(F) in range(L)``, ``range(H) in range(R)`` (true for anything built from A's rows,
+    columns and products): then ``A - A_hat = Q_L (K - c_F G c_H^H) Q_R^H`` with an r x r
+    core. Otherwise estimated with ``key`` (Hutch++ and the power method,
+    :mod:`rdr_jax.norms`).
+
+    Raises:
+      ValueError: factors whose shapes do not fit A ("not an approximation of this A"), or
+        an operator too large to densify without ``key``.
+
+    Warns:
+      RuntimeWarning: when ``||A - A_hat||_F > ||A||_F`` (no better than zero: most likely
+        an approximation of another matrix).
+
+    Returns:
+      :class:`LowRankError` ``(fro, spec, relative_fro, exact)``.
+    """
+    op = as_operator(A)
+    F, G, H = _factors_of(approx, op.shape)
+    if isinstance(op, FactoredOperator):
+        out = _factored_error(op, F, G, H)
+        if out is not None:
+            return _check_relative(out, "lowrank_error")
+    m, n = op.shape
+    if isinstance(op, DenseOperator) or (m * n <= dense_limit and not isinstance(
+            op, FactoredOperator)):
+        wide = _wide(op.dtype)
+        Ad = _dense64(op)
+        Ah = np.asarray(F, wide)
+        if G is not None:
+            Ah = Ah @ np.asarray(G, wide)
+        s = np.linalg.svd(Ad - Ah @ np.asarray(H, wide).conj().T, compute_uv=False)
+        fro = float(np.sqrt(np.sum(s ** 2)))
+        a = float(np.linalg.norm(Ad))
+        return _check_relative(LowRankError(fro, float(s[0]), fro / a if a > 0 else
+                                            (0.0 if fro == 0 else np.inf), True),
+                               "lowrank_error")
+    if key is None:
+        raise ValueError("A is too large to densify and not factored: pass key= for a "
+                         "randomized error estimate")
+    Gm = jnp.eye(F.shape[1], dtype=F.dtype) if G is None else G
+
+    def mv(X):
+        return op.matmat(X) - _mm(F, _mm(Gm, _mm(H.conj().T, X)))
+
+    def rmv(Y):
+        return op.rmatmat(Y) - _mm(H, _mm(Gm.conj().T, _mm(F.conj().T, Y)))
+
+    E = implicit_operator(mv, rmv, op.shape, op.dtype)
+    k1, k2, k3 = jax.random.split(V.check_key(key), 3)
+    fro = float(norms.frobenius_norm(k1, E, num_matvecs=num_matvecs))
+    a = float(norms.frobenius_norm(k3, op, num_matvecs=num_matvecs))
+    return _check_relative(LowRankError(fro, float(norms.spectral_norm(k2, E)),
+                                        fro / a if a > 0 else np.inf, False), "lowrank_error")
+
+
+def _mm(a, b):
+    return jnp.matmul(a, b, precision=HIGHEST)
+
+
+def _factor_coords(Fop: LinearOperator, X: np.ndarray):
+    """``M`` with ``Fop = Q M`` (Q orthonormal) and ``c = Q^H X = M^{-H} Fop^H X``."""
+    M = factor_core(Fop)
+    FhX = np.asarray(Fop.rmatmat(jnp.asarray(X, dtype=Fop.dtype)), dtype=M.dtype)
+    c = np.linalg.lstsq(M.conj().T, FhX, rcond=None)[0]
+    return M, c
+
+
+def _factored_error(op: FactoredOperator, F, G, H):
+    wide = _wide(op.dtype)
+    F = np.asarray(F, wide)
+    H = np.asarray(H, wide)
+    ML, cF = _factor_coords(op.L, F)
+    MR, cH = _factor_coords(op.R, H)
+    # containment check: ||F - Q_L c_F||_F^2 = ||F||_F^2 - ||c_F||_F^2
+    for name, X, c in (("F", F, cF), ("H", H, cH)):
+        nx = np.sum(np.abs(X) ** 2)
+        out = nx - np.sum(np.abs(c) ** 2)
+        if nx > 0 and out > 1e-6 * nx:
+            warnings.warn(f"lowrank_error: the approximation's {name} factor is not in the "
+                          "range of A's factor; using the randomized estimate",
+                          RuntimeWarning, stacklevel=3)
+            return None
+    K = (ML * np.asarray(op.d, wide)[None, :]) @ MR.conj().T
+    Gm = np.eye(F.shape[1]) if G is None else np.asarray(G, wide)
+    s = np.linalg.svd(K - cF @ Gm @ cH.conj().T, compute_uv=False)
+    fro = float(np.sqrt(np.sum(s ** 2)))
+    a = float(np.linalg.norm(K))
+    return LowRankError(fro, float(s[0]), fro / a if a > 0 else (0.0 if fro == 0 else np.inf),
+                        True)
+
+
+def certificate(A: Any, selection, *, key=None) -> Certificate:
+    """The bound of Thm ``thm:pivoting_on_rangeapprox_error_bound`` in both norms
+    (host-side diagnostic).
+
+    For a column selection (:class:`rdr_jax.selection.ColumnSelection`, or anything with
+    ``cols``, ``W`` (k x n) and ``eta``): ``||A - C C^+ A|| <= eta ||A - A W^+ W||`` with
+    ``C = A(:, cols)``. The right-hand side is evaluated exactly when :func:`lowrank_error`
+    can (dense, small sparse, factored), else estimated with ``key``. When the left-hand
+    side can be evaluated exactly too (dense or small sparse A), it is checked against the
+    bound: a violated bound means the selection was not computed for this A.
+
+    Raises:
+      ValueError: a selection whose shapes do not fit A, whose ``W(:, cols)`` is not the
+        identity (not an interpolation matrix), or whose bound is violated.
+
+    Returns:
+      :class:`Certificate` ``(fro, spec, eta, residual_fro, residual_spec)``.
+    """
+    op = as_operator(A)
+    m, n = op.shape
+    W = jnp.asarray(selection.W)
+    cols = np.asarray(selection.cols)
+    if W.ndim != 2 or W.shape[1] != n or cols.ndim != 1 or cols.size != W.shape[0] or (
+            cols.size and (cols.min() < 0 or cols.max() >= n)):
+        raise ValueError(f"selection does not fit A of shape {(m, n)}: W {tuple(W.shape)}, "
+                         f"cols {tuple(cols.shape)}; need W (k x n) and k column indices < n")
+    Wc = np.asarray(W)[:, cols]
+    if not np.allclose(Wc, np.eye(cols.size), atol=1e-5):
+        raise ValueError("selection.W(:, cols) is not the identity: W is not the "
+                         "interpolation matrix of these skeletons")
+    Q = jnp.linalg.qr(W.conj().T, mode="reduced")[0]
+    r = lowrank_error(op, (op.matmat(Q), None, Q), key=key)
+    eta = float(selection.eta)
+    cert = Certificate(eta * r.fro, eta * r.spec, eta, r.fro, r.spec)
+    if isinstance(op, (DenseOperator, SparseOperator)) and m * n <= 1 << 26:
+        C = op.cols(jnp.asarray(cols))
+        Qc = jnp.linalg.qr(C, mode="reduced")[0]
+        true = lowrank_error(op, (Qc, None, op.rmatmat(Qc)), key=key)
+        if true.fro > cert.fro * (1 + 1e-4) + 1e-12 * np.linalg.norm(_dense64(op)):
+            raise ValueError(
+                f"certificate violated: ||A - C C^+ A||_F = {true.fro:.4g} > bound "
+                f"{cert.fro:.4g}; the selection was not computed for this A")
+    return cert
