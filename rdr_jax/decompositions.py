@@ -272,8 +272,17 @@ def _warn_rank(numerical_rank, rank):
             "numerical_rank field holds this value.)", RuntimeWarning, stacklevel=2)
 
 
+def _warn_tol(converged, tol, est, rank):
+    if not np.all(np.asarray(converged)):
+        warnings.warn(
+            f"tolerance {float(np.max(np.asarray(tol))):g} not reached at max_rank = "
+            f"{int(np.max(np.asarray(rank)))} (estimated relative error "
+            f"{float(np.max(np.asarray(est))):.3g}); raise max_rank", RuntimeWarning,
+            stacklevel=2)
+
+
 def _report(numerical_rank, rank, policy):
-    if policy != "ignore":
+    if policy == "warn":
         jax.debug.callback(_warn_rank, numerical_rank, rank)
 
 
@@ -359,13 +368,14 @@ def _interpolative_tol(key, op, tol, opts: _TolOptions):
     sel = FA.adaptive_column_skeletons(kr if side == "row" else kc, target, tol,
                                        block_size=opts.block_size, max_rank=opts.max_rank)
     J, rank, est = sel.cols, sel.rank, sel.error_estimate
+    jax.debug.callback(_warn_tol, sel.converged, tol, est, rank)
     valid = jnp.arange(J.shape[0]) < rank
     C = jnp.where(valid[None, :], target.cols(J), 0)
     eta = P.eta_from_interpolation(sel.W)
     if opts.interp == "sketch":
         W = sel.W
     else:
-        rank, W, est = FA.exact_prefix(target, J, C, rank, tol)
+        rank, W, est = FA.exact_prefix(target, J, C, rank, tol, estimate=est)
         valid = jnp.arange(J.shape[0]) < rank
         J = jnp.where(valid, J, 0)
         C = jnp.where(valid[None, :], C, 0)
@@ -374,12 +384,14 @@ def _interpolative_tol(key, op, tol, opts: _TolOptions):
         return RowID(J, W.conj().T, C.conj().T, eta, rank, nr, None, est)
     if side == "column":
         return ColumnID(J, C, W, eta, rank, nr, None, est)
-    # two-sided: LUPP on the valid columns of C (padding columns are zero)
-    I = P.lupp(C.T, C.shape[1])
-    Wr = P.interpolation(C.T, I).T
-    Wr = jnp.where(valid[None, :], Wr, 0)
+    # two-sided: LUPP on the valid columns of C (padding columns are zero; the first `rank`
+    # pivots depend only on them); W_rows = C S^+ with S = A(rows, cols) masked to the
+    # valid rank x rank block
+    I = jnp.where(valid, P.lupp(C.T, C.shape[1]), 0)
+    S = jnp.where(valid[:, None] & valid[None, :], C[I], 0)
+    Wr = _mm(C, jnp.linalg.pinv(S))
     eta_r = P.eta_from_interpolation(Wr.T)
-    return TwoSidedID(I, J, Wr, C[I], W, eta, eta_r, rank, nr, None, est)
+    return TwoSidedID(I, J, Wr, S, W, eta, eta_r, rank, nr, None, est)
 
 
 # --------------------------------------------------------------------------------------
