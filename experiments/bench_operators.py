@@ -4,7 +4,7 @@
 (``jax_enable_x64``): the 10^6 x 10^6 ``snn1e6`` (full) or a 10^5 x 10^5 instance (``--quick``).
 Operations, with l = 210 and k = 200 (``--l``, ``--k``):
 
-* ``gaussian(key, l, m).apply(A)`` -- Gaussian row sketch (default threefry generator), through
+* ``gaussian(key, l, m, generator="threefry").apply(A)`` -- Gaussian row sketch, through
   the sparse factor L (``S L``, then ``(S L) diag(d) R^H``); also with ``generator="hash"``,
   and the generation alone (``todense``), which is the floor of the Gaussian rows;
 * ``sparse_sign(key, l, m).apply(A)`` for comparison;
@@ -73,7 +73,8 @@ def _old_apply_sketch(A, G):
 
 def _old_ops(A, l, m):
     return {
-        "sketch_gauss": lambda k: _old_apply_sketch(A, gaussian(k, l, m, dtype=F64).todense()),
+        "sketch_gauss": lambda k: _old_apply_sketch(
+            A, gaussian(k, l, m, dtype=F64, generator="threefry").todense()),
         "sketch_hash": lambda k: _old_apply_sketch(
             A, gaussian(k, l, m, dtype=F64, generator="hash").todense()),
         "cols": lambda J: _old_sparse_matmat(A.L, A.d[:, None] * A.R.rows(J).conj().T),
@@ -123,12 +124,14 @@ def main(argv=None):
     S_sign = sparse_sign(kk, l, m, 8, dtype=F64)
     rows = {  # name: (label, public call, args)
         "gen_threefry": ("gaussian threefry: generate Gamma only",
-                         lambda key: gaussian(key, l, m, dtype=F64).todense(), (kk,)),
+                         lambda key: gaussian(key, l, m, dtype=F64,
+                                              generator="threefry").todense(), (kk,)),
         "gen_hash": ("gaussian hash: generate Gamma only",
                      lambda key: gaussian(key, l, m, dtype=F64, generator="hash").todense(),
                      (kk,)),
         "sketch_gauss": ("gaussian(key, l, m).apply(A)  [threefry]",
-                         lambda key: A.apply_sketch(gaussian(key, l, m, dtype=F64)), (kk,)),
+                         lambda key: A.apply_sketch(gaussian(key, l, m, dtype=F64,
+                                                             generator="threefry")), (kk,)),
         "sketch_hash": ("gaussian(..., generator='hash').apply(A)",
                         lambda key: A.apply_sketch(gaussian(key, l, m, dtype=F64,
                                                             generator="hash")), (kk,)),

@@ -26,7 +26,7 @@ the row sketch ``X = Gamma A`` (l x n, Gaussian Gamma) and the column sketch ``Y
 * ``CPQR`` -- :func:`rdr_jax.pivoting.cpqr` ``(X, l)`` (LAPACK geqp3);
 * ``DEIM`` -- the thesis' description: ``Q_Y = orth(Y)`` (QR), the reduced SVD of
   ``Q_Y^T A`` (l x n), then :func:`rdr_jax.pivoting.lupp` on the l x n right singular vectors
-  (the same steps as the ``deim`` branch of :func:`rdr_jax.skeletons.row_basis`, minus
+  (the same steps as the ``DEIM()`` branch of :func:`rdr_jax.selection.row_basis`, minus
   drawing the sketch). Its time therefore includes the m x n x l product ``Q_Y^T A``.
 
 Each scheme is one ``jax.jit``-compiled function, warmed up once (compile excluded); the
@@ -181,7 +181,7 @@ def run(args, argv=None):
            "quick": args.quick, "ns": args.ns, "ls": args.ls, "m": args.m,
            "repeats": args.repeats, "dtype": "float64", "seed": args.seed,
            "host_threads": args.host_threads,
-           "statistic": "median", "pivots": "k = l", "cpqr_impl": "lapack (geqp3)",
+           "statistic": "median", "pivots": "k = l", "cpqr": "CPQR(impl='lapack'): geqp3",
            "argv": sys.argv if argv is None else list(argv), "env": env,
            "loadavg_start": loadavg()}
     out = Path(args.out)

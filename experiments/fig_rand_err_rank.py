@@ -46,22 +46,25 @@ the expected path. Nothing is downloaded.
 Method (thesis settings, float64, Gaussian sketches, one trial per k): the seven algorithms
 ``Rand-LUPP``, ``Rand-LUPP-1piter``, ``Rand-CPQR``, ``Rand-CPQR-1piter``, ``RSVD-DEIM``,
 ``RSVD-LS`` and ``SRCUR`` of :func:`rdr_jax.select_skeletons` with the library's default
-oversampling (l = k + 10; k + 5 for DEIM/LS). *Timing* covers skeleton selection only (sketch
-+ pivots for columns and rows): each (method, k) is compiled and run once with another key
-(warm-up excluded), then ``--repeats`` calls are timed with ``jax.block_until_ready`` and the
-median is reported; the skeletons of the first timed call are evaluated. *Error*: the CUR
-``C U R`` with ``U = C^+ A R^+`` (thesis Eq. ``eq:cur_stable``, the U of :func:`rdr_jax.cur`)
-is formed as ``Q_C (Q_C^T A Q_R) Q_R^T`` from rank-revealing orthonormal bases of C and R^T
-(so a rank-deficient skeleton, e.g. from leverage-score sampling, still gives the best CUR for
-its skeletons instead of Inf/NaN), and :func:`rdr_jax.lowrank_error` gives the exact
-``||A - CUR||_F`` and ``||A - CUR||_2`` (factored, and dense/sparse up to ``--dense-error-limit``
-= 2^24 entries; above it -- MNIST, Meszaros/large -- the Frobenius error is exact by
-Pythagoras, ``||A||_F^2 - ||Q_C^T A Q_R||_F^2``, and the spectral one comes from Lanczos,
-``scipy.sparse.linalg.svds``, because a dense SVD of each residual takes 20-100 s there).
-In full mode the CUR is cross-checked once per data set (not SNN1e6) against
-:func:`rdr_jax.cur` with the same key (same skeletons, same C U R; ``--cur-check``).
-Errors are relative, ``||A - CUR||_F / ||A||_F`` vs ``sqrt(sum_{i>k} s_i^2) / ||A||_F`` and
-``||A - CUR||_2 / s_1`` vs ``s_{k+1} / s_1``, with the exact singular values from
+oversampling (l = k + 10; k + 5 for DEIM/LS, ``Method.pivot.default_oversample``) and, as in
+the thesis, the *plain* power iteration for the ``-1piter`` variants (``stable=False``; the
+library default re-orthonormalises, which changes CPQR's pivots). *Timing* covers skeleton
+selection only (sketch + pivots for columns and rows): each (method, k) is compiled and run
+once with another key (warm-up excluded), then ``--repeats`` calls are timed with
+``jax.block_until_ready`` and the median is reported; the skeletons of the first timed call
+are evaluated. *Error*: the CUR ``C U R`` with ``U = C^+ A R^+`` (thesis Eq.
+``eq:cur_stable``, the U of :func:`rdr_jax.cur`) is formed as ``Q_C (Q_C^T A Q_R) Q_R^T`` from
+rank-revealing orthonormal bases of C and R^T (so a rank-deficient skeleton, e.g. from
+leverage-score sampling, still gives the best CUR for its skeletons instead of Inf/NaN), and
+:func:`rdr_jax.lowrank_error` gives the exact ``||A - CUR||_F`` and ``||A - CUR||_2``
+(factored, and dense/sparse up to ``--dense-error-limit`` = 2^24 entries; above it -- MNIST,
+Meszaros/large -- the Frobenius error is exact by Pythagoras,
+``||A||_F^2 - ||Q_C^T A Q_R||_F^2``, and the spectral one comes from Lanczos,
+``scipy.sparse.linalg.svds``, because a dense SVD of each residual takes 20-100 s there). In
+full mode the CUR is cross-checked once per data set (not SNN1e6) against :func:`rdr_jax.cur`
+with the same key (same skeletons, same C U R; ``--cur-check``). Errors are relative,
+``||A - CUR||_F / ||A||_F`` vs ``sqrt(sum_{i>k} s_i^2) / ||A||_F`` and ``||A - CUR||_2 / s_1``
+vs ``s_{k+1} / s_1``, with the exact singular values from
 :func:`rdr_jax.exact_singular_values`.
 
 Notes: RSVD-LS samples k columns/rows by leverage scores without replacement by default
@@ -102,13 +105,16 @@ from tqdm import tqdm  # noqa: E402
 import rdr_jax as R  # noqa: E402
 from rdr_jax import datasets, matrices  # noqa: E402
 from rdr_jax.operators import FactoredOperator, SparseOperator  # noqa: E402
-from rdr_jax.skeletons import DEFAULT_OVERSAMPLE, THESIS_NAMES, resolve_method  # noqa: E402
+from rdr_jax.selection import (THESIS_NAMES, Leverage, Method, resolve_method,  # noqa: E402
+                               sketch_size)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import env_info, ints, loadavg, run_main  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_rand_err_rank"
 METHODS = tuple(THESIS_NAMES.values())   # the thesis' seven, in the thesis' order
+#: l - k per method: the pivot's default oversampling (10; 5 for RSVD-DEIM/RSVD-LS)
+OVERSAMPLE = {x: resolve_method(x).pivot.default_oversample for x in METHODS}
 PIVOTING3 = ("Rand-LUPP", "Rand-CPQR", "RSVD-DEIM")
 STYLE = {"Rand-LUPP": ("C0", "o", "-"), "Rand-LUPP-1piter": ("C0", "s", "--"),
          "Rand-CPQR": ("C1", "^", "-"), "Rand-CPQR-1piter": ("C1", "v", "--"),
@@ -177,6 +183,16 @@ def load(name: str, key, data_dir):
     return datasets.load_matrix_market(path), f"sparse, from {path}"
 
 
+def thesis_method(name: str, leverage_mode: str = "sample") -> Method:
+    """The thesis' setting of a named algorithm: Gaussian sketch, default oversampling, plain
+    power iteration for the ``-1piter`` variants (``stable=False``), leverage scores sampled
+    (``leverage_mode="sample"``) or the top k (``"topk"``) for RSVD-LS."""
+    meth = resolve_method(name, sketch="gaussian", stable=False)
+    if isinstance(meth.pivot, Leverage):
+        meth = meth.replace(pivot=Leverage(leverage_mode))
+    return meth
+
+
 # --------------------------------------------------------------------------------------
 # CUR error from skeletons
 # --------------------------------------------------------------------------------------
@@ -243,9 +259,9 @@ def cur_errors(A, op, Ah, normF2: float, Qc, M, Qr, dense_error_limit: int) -> d
         v0 = np.random.default_rng(0).standard_normal(min(m, n))
         s = scipy.sparse.linalg.svds(E, k=1, tol=1e-12, v0=v0, return_singular_vectors=False)
         fro = math.sqrt(max(normF2 - float(np.sum(M ** 2)), 0.0))
-        return {"fro": fro, "2": float(s[0]), "exact": "F: Pythagoras, 2: Lanczos"}
+        return {"fro": fro, "spec": float(s[0]), "exact": "F: Pythagoras, 2: Lanczos"}
     e = R.lowrank_error(A, (Qc, M, Qr))
-    return {"fro": e["fro"], "2": e["2"], "exact": bool(e["exact"])}
+    return {"fro": e.fro, "spec": e.spec, "exact": bool(e.exact)}
 
 
 # --------------------------------------------------------------------------------------
@@ -350,8 +366,8 @@ def run_dataset(name, A, ks, args, key, bar) -> dict:
         for mi, meth in enumerate(METHODS):
             bar.set_postfix_str(f"{name} k={k} {meth}")
             kw, kt = jax.random.split(jax.random.fold_in(key, 100 * k + mi))
-            select = lambda kx: R.select_skeletons(kx, op, k, method=meth,  # noqa: E731
-                                                   ls_mode=args.ls_mode)
+            method = thesis_method(meth, args.ls_mode)
+            select = lambda kx: R.select_skeletons(kx, op, k, method=method)  # noqa: E731
             jax.block_until_ready(select(kw))             # compile + warm-up (excluded)
             times, sk = [], None
             for i in range(args.repeats):
@@ -363,11 +379,11 @@ def run_dataset(name, A, ks, args, key, bar) -> dict:
                     sk, key_used = res, ki
             Qc, M, Qr, rc, rr = cur_factors(op, sk.cols, sk.rows, Ah)
             e = cur_errors(A, op, Ah, normF2, Qc, M, Qr, args.dense_error_limit)
-            base, q = resolve_method(meth, None)
-            l = min(k + DEFAULT_OVERSAMPLE[base], m, n)
-            rows.append({"dataset": name, "method": meth, "k": k, "l": l, "power_iters": q,
-                         "fro": e["fro"], "err2": e["2"],
-                         "rel_fro": e["fro"] / math.sqrt(normF2), "rel_2": e["2"] / sv[0],
+            l = sketch_size(method, k, (m, n))
+            rows.append({"dataset": name, "method": meth, "k": k, "l": l,
+                         "power_iters": method.power_iters,
+                         "fro": e["fro"], "err2": e["spec"],
+                         "rel_fro": e["fro"] / math.sqrt(normF2), "rel_2": e["spec"] / sv[0],
                          "opt_fro": opt["opt_fro"][k], "opt_2": opt["opt_2"][k],
                          "time_s": statistics.median(times), "times_s": times,
                          "rank_C": rc, "rank_R": rr, "eta": float(sk.eta),
@@ -377,22 +393,22 @@ def run_dataset(name, A, ks, args, key, bar) -> dict:
                            f"{rc}, rank(R) = {rr} (the CUR uses C^+ and R^+)", file=sys.stderr)
             if (first_check is None and args.cur_check and rc == rr == k
                     and not isinstance(op, FactoredOperator)):
-                first_check = (meth, k, key_used, sk, Qc, M, Qr)
+                first_check = (meth, method, k, key_used, sk, Qc, M, Qr)
             bar.update(1)
     check = None
     if first_check is not None:
-        check = cross_check(op, first_check, args.ls_mode)
+        check = cross_check(op, first_check)
     return {"rows": rows, "opt": {kk: {str(k): v for k, v in d.items()} for kk, d in opt.items()},
             "opt_num": opt, "shape": [m, n], "s1": float(sv[0]), "normF": math.sqrt(normF2),
             "cur_check": check}
 
 
-def cross_check(op, first, ls_mode) -> dict:
+def cross_check(op, first) -> dict:
     """Compare with :func:`rdr_jax.cur` (same key): same skeletons, and
     ``||C U R - Q_C M Q_R^T||_F / ||M||_F = ||Q_C^T C U R Q_R - M||_F / ||M||_F`` (exact, as
     ``range(C) = range(Q_C)`` and ``range(R^T) = range(Q_R)``)."""
-    meth, k, ki, sk, Qc, M, Qr = first
-    ref = R.cur(ki, op, k, method=meth, ls_mode=ls_mode, certify=False)
+    meth, method, k, ki, sk, Qc, M, Qr = first
+    ref = R.cur(ki, op, k, method=method)
     C, U, Rm = (np.asarray(x, np.float64) for x in (ref.C, ref.U, ref.R))
     diff = np.linalg.norm((Qc.T @ C) @ U @ (Rm @ Qr) - M) / np.linalg.norm(M)
     same = bool(np.array_equal(np.asarray(ref.cols), np.asarray(sk.cols))
@@ -474,7 +490,7 @@ def run(args, argv=None):
                "fig:rand-err-rank_snn-1e3-1e3_a2b1_k100_r1e3_s1e-3",
                "fig:rand-err-rank_snn-1e6-1e6-a2b1-k100-r400-s2or"],
            "claim": CLAIM, "quick": args.quick, "datasets_requested": names,
-           "methods": list(METHODS), "oversample": dict(DEFAULT_OVERSAMPLE),
+           "methods": list(METHODS), "oversample": dict(OVERSAMPLE), "stable": False,
            "sketch": "gaussian", "repeats": args.repeats, "statistic": "median",
            "ls_mode": args.ls_mode, "host_threads": args.host_threads, "seed": args.seed,
            "similar_tolerance": SIMILAR_TOL, "cur_check": args.cur_check,
@@ -501,7 +517,7 @@ def run(args, argv=None):
             continue
         m, n = R.as_operator(A).shape
         ks = sorted(set(args.ks if args.ks is not None else grids[name]))
-        ok = [k for k in ks if k + max(DEFAULT_OVERSAMPLE.values()) <= min(m, n)]
+        ok = [k for k in ks if k + max(OVERSAMPLE.values()) <= min(m, n)]
         if len(ok) < len(ks):
             print(f"note: {name}: ranks {sorted(set(ks) - set(ok))} dropped (need k + 10 <= "
                   f"min(m, n) = {min(m, n)})")

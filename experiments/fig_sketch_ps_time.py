@@ -21,12 +21,14 @@ What is timed, for each m in ``--ms``, each l in ``--ls`` (A is a dense m x n Ga
 ``--dtype`` float64 by default; n = 1000 in full mode as in the thesis text, n = 100 in quick
 mode as in the figure caption):
 
-* ``gaussian``    -- ``jax.jit(lambda key, A: make_sketch("gaussian", key, l, m).apply(A))``:
-                     drawing Gamma (threefry) + the GEMM, in one compiled call;
+* ``gaussian``    -- ``jax.jit(lambda key, A: make_sketch(key, "gaussian", l, m).apply(A))``:
+                     drawing Gamma (the default ``Gaussian()``, counter-based ``"hash"``
+                     generator) + the GEMM, in one compiled call;
 * ``srtt``        -- the same with ``"srtt"`` (permutation, signs, DCT-II along m, l rows);
-* ``sparse_sign`` -- ``draw(key).apply(A)`` with ``draw = jax.jit(make_sketch("sparse_sign",
-                     ., l, m, zeta=8))`` and the public eager ``.apply`` (the multithreaded numba
-                     kernel reads A in place): the "proper implementation" of the thesis;
+* ``sparse_sign`` -- ``draw(key).apply(A)`` with ``draw = jax.jit(make_sketch(.,
+                     "sparse_sign", l, m, zeta=8))`` and the public eager ``.apply`` (the
+                     multithreaded numba kernel reads A in place): the "proper
+                     implementation" of the thesis;
 * ``sparse_sign_jit`` (extra, dashed; only with ``--extras``) -- draw + apply inside one
                      ``jax.jit`` (XLA copies A before the host callback; shown for
                      completeness, not used in the verdict).
@@ -60,7 +62,7 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from rdr_jax.sketching import make_sketch  # noqa: E402
+from rdr_jax.sketching import Gaussian, make_sketch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import env_info, run_main, ints as _ints, loadavg  # noqa: E402
@@ -87,11 +89,11 @@ def time_median(fn, keys, A, repeats: int) -> list[float]:
 
 def build(method: str, l: int, m: int, zeta: int, dtype):
     if method in ("gaussian", "srtt"):
-        return jax.jit(lambda key, A: make_sketch(method, key, l, m, dtype=dtype).apply(A))
+        return jax.jit(lambda key, A: make_sketch(key, method, l, m, dtype=dtype).apply(A))
     if method == "sparse_sign_jit":
-        return jax.jit(lambda key, A: make_sketch("sparse_sign", key, l, m, dtype=dtype,
+        return jax.jit(lambda key, A: make_sketch(key, "sparse_sign", l, m, dtype=dtype,
                                                   zeta=zeta).apply(A))
-    draw = jax.jit(lambda key: make_sketch("sparse_sign", key, l, m, dtype=dtype, zeta=zeta))
+    draw = jax.jit(lambda key: make_sketch(key, "sparse_sign", l, m, dtype=dtype, zeta=zeta))
     return lambda key, A: draw(key).apply(A)
 
 
@@ -190,7 +192,8 @@ def run(args, argv=None):
     dtype = jnp.dtype(args.dtype)
     cfg = {"script": "fig_sketch_ps_time", "thesis_figure": "fig:sketch-ps-time",
            "claim": CLAIM, "quick": args.quick, "ms": args.ms, "ls": args.ls, "n": args.n,
-           "zeta": args.zeta, "repeats": args.repeats, "extras": args.extras,
+           "zeta": args.zeta, "gaussian_generator": Gaussian().generator,
+           "repeats": args.repeats, "extras": args.extras,
            "dtype": args.dtype, "seed": args.seed, "host_threads": args.host_threads,
            "statistic": "median", "argv": sys.argv if argv is None else list(argv),
            "env": env, "loadavg_start": loadavg()}

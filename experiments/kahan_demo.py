@@ -75,8 +75,9 @@ ETA_DEFEATED, ERR_DEFEATED = 1e6, 1e3        # thresholds for verdict 2
 ERR_NEAR_OPT, ETA_MODEST = 30.0, 100.0        # thresholds for verdict 3
 
 
-def id_errors(A, J) -> dict:
-    """``||A - C C^+ A||`` (2 and F) for ``C = A(:, J)``, exact via rdr_jax.lowrank_error."""
+def id_errors(A, J) -> R.LowRankError:
+    """``||A - C C^+ A||`` (``.spec`` and ``.fro``) for ``C = A(:, J)``, exact via
+    rdr_jax.lowrank_error."""
     C = np.asarray(A)[:, np.asarray(J)]
     Q, _ = np.linalg.qr(C)
     AtQ = np.asarray(A).T @ Q
@@ -203,8 +204,8 @@ def run(args, argv=None):
             J, eta = deterministic(A, k, meth)
             no_pivot[meth] &= bool(np.array_equal(np.sort(J), np.arange(k)))
             e = id_errors(A, J)
-            rows.append({"method": meth, "k": k, "trial": 0, "err2": e["2"], "errF": e["fro"],
-                         "eta": eta, "ratio2": e["2"] / floor[k]})
+            rows.append({"method": meth, "k": k, "trial": 0, "err2": e.spec, "errF": e.fro,
+                         "eta": eta, "ratio2": e.spec / floor[k]})
             bar.update(1)
         for meth in RANDOMIZED:
             base = meth.split("-")[1].lower()
@@ -212,10 +213,10 @@ def run(args, argv=None):
                 bar.set_postfix_str(f"k={k} {meth} trial {t}")
                 sel = R.select_columns(jax.random.fold_in(key, 1000 * k + t), A, k,
                                        method=base, oversample=args.oversample)
-                e = id_errors(A, sel.idx)
-                rows.append({"method": meth, "k": k, "trial": t, "err2": e["2"],
-                             "errF": e["fro"], "eta": float(sel.eta),
-                             "ratio2": e["2"] / floor[k]})
+                e = id_errors(A, sel.cols)
+                rows.append({"method": meth, "k": k, "trial": t, "err2": e.spec,
+                             "errF": e.fro, "eta": float(sel.eta),
+                             "ratio2": e.spec / floor[k]})
                 bar.update(1)
     bar.close()
 

@@ -265,6 +265,13 @@ def _warn_rank(numerical_rank, rank):
     rk = np.asarray(rank)
     if np.any(nr < rk):
         bad = int(np.min(nr))
+        if bad == 0:
+            warnings.warn(
+                "A is numerically zero (all entries zero, or subnormal: XLA flushes subnormal "
+                "numbers to zero); every skeleton is exact (error 0, eta 1). Rescale A if its "
+                "entries are below the smallest normal number of its dtype.", RuntimeWarning,
+                stacklevel=2)
+            return
         warnings.warn(
             f"k = {int(np.max(rk))} exceeds the numerical rank of A (a selected skeleton has "
             f"numerical rank {bad}); the factors are ill-conditioned. Use a smaller k or pass "
@@ -340,7 +347,7 @@ def _cur(key, op, k, l, opts: _Options):
     C = op.cols(J)
     I, _, eta_r, gram_C = pivot_rows(k2, C, k, method, Uk, False)        # Line 4
     R = op.rows(I)
-    U, nr = _stable_cur_U(op, C, R, gram_C)                               # Eq. eq:cur_stable
+    U, nr = _stable_cur_U(op, C, R)                                       # Eq. eq:cur_stable
     bound = None
     if certify:
         bound = jnp.sqrt(1.0 + eta_r ** 2) * eta * _row_space_residual_fro(op, Wsk)
@@ -480,7 +487,7 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
         if not (0.0 < tol < 1.0) or not math.isfinite(tol):
             raise ValueError(f"tol must be in (0, 1) (a relative Frobenius error); got {k}")
         mn = min(op.shape)
-        b = V.check_int("block_size", block_size, low=1, high=mn)
+        b = min(V.check_int("block_size", block_size, low=1), mn)
         cap = min(mn, 1024) if max_rank is None else V.check_int(
             "max_rank", max_rank, low=1, high=mn, high_desc=f"min(m, n) = {mn}")
         return _interpolative_tol(key, op, jnp.asarray(tol, V.real_dtype(op.dtype)),

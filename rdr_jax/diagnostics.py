@@ -152,10 +152,14 @@ def lowrank_error(A: Any, approx, *, key=None, dense_limit: int = 1 << 26,
         an approximation of another matrix).
 
     Returns:
-      :class:`LowRankError` ``(fro, spec, relative_fro, exact)``.
+      :class:`LowRankError` ``(fro, spec, relative_fro, exact)``: Python floats computed in
+      float64 on the host; inside the caller's jit/vmap (traced inputs) jax scalars computed
+      in the working precision (no warning there).
     """
     op = as_operator(A)
     F, G, H = _factors_of(approx, op.shape)
+    if _traced(op, F, G, H):
+        return _traced_error(op, F, G, H, key, dense_limit, num_matvecs)
     if isinstance(op, FactoredOperator):
         out = _factored_error(op, F, G, H)
         if out is not None:
@@ -195,6 +199,39 @@ def lowrank_error(A: Any, approx, *, key=None, dense_limit: int = 1 << 26,
 
 def _mm(a, b):
     return jnp.matmul(a, b, precision=HIGHEST)
+
+
+def _traced(*trees) -> bool:
+    return any(not V.is_concrete(x) for x in jax.tree_util.tree_leaves(trees))
+
+
+def _scaled_fro(E):
+    s = jnp.max(jnp.abs(E))
+    return s * jnp.linalg.norm(E / jnp.where(s > 0, s, 1.0))
+
+
+def _traced_error(op, F, G, H, key, dense_limit, num_matvecs) -> LowRankError:
+    """``lowrank_error`` inside the caller's jit/vmap: the same quantities as jax scalars in
+    the working precision (dense for ``m n <= dense_limit``, else randomized with ``key``)."""
+    m, n = op.shape
+    Ah = F if G is None else _mm(F, G)
+    if m * n <= dense_limit:
+        Ad = op.todense()
+        E = Ad - _mm(Ah, H.conj().T)
+        fro = _scaled_fro(E)
+        spec = jnp.linalg.norm(E / jnp.maximum(jnp.max(jnp.abs(E)), jnp.finfo(E.dtype).tiny),
+                               2) * jnp.max(jnp.abs(E))
+        a = _scaled_fro(Ad)
+        return LowRankError(fro, spec, fro / a, True)
+    if key is None:
+        raise ValueError("A is too large to densify: pass key= for a randomized estimate")
+    E = implicit_operator(lambda X: op.matmat(X) - _mm(Ah, _mm(H.conj().T, X)),
+                          lambda Y: op.rmatmat(Y) - _mm(H, _mm(Ah.conj().T, Y)),
+                          op.shape, op.dtype)
+    k1, k2, k3 = jax.random.split(V.check_key(key), 3)
+    fro = norms.frobenius_norm(k1, E, num_matvecs=num_matvecs)
+    return LowRankError(fro, norms.spectral_norm(k2, E),
+                        fro / norms.frobenius_norm(k3, op, num_matvecs=num_matvecs), False)
 
 
 def _factor_coords(Fop: LinearOperator, X: np.ndarray):
@@ -245,11 +282,20 @@ def certificate(A: Any, selection, *, key=None) -> Certificate:
         identity (not an interpolation matrix), or whose bound is violated.
 
     Returns:
-      :class:`Certificate` ``(fro, spec, eta, residual_fro, residual_spec)``.
+      :class:`Certificate` ``(fro, spec, eta, residual_fro, residual_spec)``: Python floats,
+      or jax scalars inside the caller's jit/vmap (then without the checks above, which
+      need concrete values).
     """
     op = as_operator(A)
     m, n = op.shape
     W = jnp.asarray(selection.W)
+    if _traced(op, selection):
+        # inside the caller's jit/vmap: the bound as jax scalars; the structural checks and
+        # the violation check need concrete values and are skipped
+        Q = jnp.linalg.qr(W.conj().T, mode="reduced")[0]
+        r = lowrank_error(op, (op.matmat(Q), None, Q), key=key)
+        eta = jnp.asarray(selection.eta)
+        return Certificate(eta * r.fro, eta * r.spec, eta, r.fro, r.spec)
     cols = np.asarray(selection.cols)
     if W.ndim != 2 or W.shape[1] != n or cols.ndim != 1 or cols.size != W.shape[0] or (
             cols.size and (cols.min() < 0 or cols.max() >= n)):

@@ -384,6 +384,15 @@ class Skeletons(NamedTuple):
 # --------------------------------------------------------------------------------------
 # the traceable pipeline (Lines 1-4)
 # --------------------------------------------------------------------------------------
+def _unit_scale(X):
+    """``X / 2^e`` with ``2^e ~ max |X|`` (exact in floating point): eta, W and the pivots are
+    scale invariant, but the Gram products behind them under/overflow for inputs scaled by
+    1e-30 or 1e30 in float32."""
+    mx = jnp.max(jnp.abs(X))
+    e = jnp.where(mx > 0, jnp.floor(jnp.log2(jnp.where(mx > 0, mx, 1.0))), 0.0)
+    return X * jnp.exp2(-e).astype(X.dtype)
+
+
 def row_basis(key, op: LinearOperator, k: int, l: int, method: Method):
     """Lines 1-2: the row-basis approximator ``X`` and, for rSVD-based pivots, ``U_k``.
 
@@ -416,6 +425,7 @@ def pivot_columns(key, op: LinearOperator, k: int, l: int, method: Method,
     """
     kx, kp = jax.random.split(key)
     X, Uk = row_basis(kx, op, k, l, method)
+    X = _unit_scale(X)
     J = method.pivot.select(kp, X, k)
     if need_W or isinstance(method.pivot, SRCUR):
         W, J = method.pivot.refine(P.interpolation(X, J), J)
@@ -426,11 +436,13 @@ def pivot_columns(key, op: LinearOperator, k: int, l: int, method: Method,
 
 
 def pivot_rows(key, C, k: int, method: Method, Uk=None, need_W: bool = True):
-    """Line 4: ``(rows, W_rows or None, eta_rows, C^H C or None)`` for ``C = A(:, cols)``.
+    """Line 4: ``(rows, W_rows or None, eta_rows, G or None)`` for ``C = A(:, cols)``;
+    ``G = C_s^H C_s`` is the Gram of ``C_s = C / 2^e`` (``2^e ~ max |C|``).
 
     ``W_rows = C C(rows, :)^{-1}`` (m x k, ``W_rows(rows, :) = I``),
     ``eta_rows = ||W_rows||_2``; the Gram ``C^H C`` is returned for reuse (None for SRCUR).
     """
+    C = _unit_scale(C)  # W_rows = C C(rows, :)^{-1} and eta_rows are scale invariant
     I = method.pivot.select_rows(key, C, Uk, k)
     if isinstance(method.pivot, SRCUR):
         Wt, I = method.pivot.refine(P.interpolation(C.T, I), I)  # (k x m) = (C C_I^{-1})^T

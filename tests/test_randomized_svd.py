@@ -135,9 +135,8 @@ def test_vmap_over_keys_and_no_retrace():
 def test_srtt_and_sparse_sign_rangefinders_are_accurate():
     A = M.with_spectrum(jax.random.key(0), 256, 100, np.r_[np.ones(10), np.full(90, 1e-4)],
                         dtype=np.float32)
-    for sketch, opts in (("srtt", None), ("sparse_sign", {"zeta": 4}),
-                         ("gaussian", {"generator": "hash"})):
-        Q = R.rangefinder(jax.random.key(1), A, 20, sketch=sketch, sketch_options=opts)
+    for sketch in ("srtt", R.SparseSign(zeta=4), R.Gaussian("threefry"), "gaussian"):
+        Q = R.rangefinder(jax.random.key(1), A, 20, sketch=sketch)
         err = float(jnp.linalg.norm(A - Q @ (Q.T @ A)))
         assert err < 1e-4 * np.sqrt(90) * 3, (sketch, err)
 

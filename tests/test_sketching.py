@@ -131,15 +131,157 @@ def test_sparse_sign_structure_and_impls(rng):
     # rows used uniformly: chi-square goodness of fit over all (column, slot) picks
     counts = np.bincount(rows.ravel(), minlength=l)
     assert scipy.stats.chisquare(counts).pvalue > 1e-4
-    # the numba CPU kernel and XLA's scatter agree
+    # the CPU kernel (default) and XLA's scatter-add agree
     A = jnp.asarray(rng.standard_normal((m, 9)).astype(np.float32))
     sk32 = S.sparse_sign(jax.random.key(3), l, m, zeta, dtype=np.float32)
     np.testing.assert_allclose(np.asarray(sk32.apply_dense(A)),
                                np.asarray(sk32.apply_dense(A, impl="xla")), rtol=1e-5, atol=1e-5)
-    # complex data through a real sketch
-    Ac = np.asarray(A) + 1j * np.asarray(A[::-1])
-    np.testing.assert_allclose(np.asarray(sk32.apply(Ac)), np.asarray(sk32.todense()) @ Ac,
-                               rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="impl"):
+        sk32.apply_dense(A, impl="numba")
+
+
+# ---- sparse sign products: jit == eager == dense reference, autodiff, vmap, complex ------
+SS_M, SS_N, SS_L, SS_Z = 300, 7, 16, 4
+
+
+def _x64(dt):
+    return jax.enable_x64(np.dtype(dt) == np.float64)
+
+
+def _sparse_sign_case(dt, seed=0, m=SS_M, n=SS_N):
+    """A sparse sign sketch, a dense A and the float64 dense reference Gamma (l x m)."""
+    rng = np.random.default_rng(seed)
+    sk = S.sparse_sign(jax.random.key(seed), SS_L, m, SS_Z, dtype=dt)
+    A = jnp.asarray(rng.standard_normal((m, n)).astype(dt))
+    return sk, A, np.asarray(sk.todense(), np.float64)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_sparse_sign_jit_eager_and_xla_match_dense_reference(dt):
+    with _x64(dt):
+        sk, A, G = _sparse_sign_case(dt)
+        want = G @ np.asarray(A, np.float64)
+        tol = 20 * rtol(dt) * np.abs(want).max()
+        got = {"eager": sk.apply(A),
+               "jit": jax.jit(lambda s, A: s.apply(A))(sk, A),
+               "jit draw+apply": jax.jit(lambda k, A: S.sparse_sign(k, SS_L, SS_M, SS_Z, dtype=dt)
+                                         .apply(A))(jax.random.key(0), A),
+               "xla": jax.jit(lambda s, A: s.apply_dense(A, impl="xla"))(sk, A)}
+        for name, out in got.items():
+            assert out.dtype == dt and out.shape == (SS_L, SS_N), name
+            np.testing.assert_allclose(np.asarray(out, np.float64), want, atol=tol, err_msg=name)
+
+
+def test_sparse_sign_inside_jit_is_one_ffi_call_on_cpu():
+    """On CPU the jitted product is the typed-FFI kernel: no host callback, no scatter."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("CPU lowering only")
+    sk, A, _ = _sparse_sign_case(np.float32)
+    hlo = jax.jit(lambda s, A: s.apply(A)).lower(sk, A).as_text()
+    assert "rdr_jax_sparse_sign" in hlo
+    assert "callback" not in hlo and "scatter" not in hlo
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_sparse_sign_grad_jvp_vjp_match_dense_reference(dt):
+    """Gamma A is linear in A: jvp = Gamma dA, vjp = Gamma^T G (a gather), on the fast path."""
+    with _x64(dt):
+        sk, A, G = _sparse_sign_case(dt)
+        rng = np.random.default_rng(1)
+        W = jnp.asarray(rng.standard_normal((SS_L, SS_N)).astype(dt))
+        dA = jnp.asarray(rng.standard_normal(A.shape).astype(dt))
+        tol = 50 * rtol(dt)
+        f = jax.jit(lambda A: sk.apply(A))
+        # grad of <W, Gamma A> is Gamma^T W
+        g = jax.grad(lambda A: jnp.sum(W * f(A)))(A)
+        np.testing.assert_allclose(np.asarray(g), G.T @ np.asarray(W, np.float64), atol=tol)
+        # grad of ||Gamma A||^2 / 2 is Gamma^T Gamma A, under jit of the whole gradient
+        g2 = jax.jit(jax.grad(lambda A: 0.5 * jnp.sum(sk.apply(A) ** 2)))(A)
+        np.testing.assert_allclose(np.asarray(g2), G.T @ (G @ np.asarray(A, np.float64)),
+                                   atol=tol * 10)
+        out, tan = jax.jvp(f, (A,), (dA,))
+        np.testing.assert_allclose(np.asarray(tan), G @ np.asarray(dA, np.float64), atol=tol)
+        out, vjp = jax.vjp(f, A)
+        np.testing.assert_allclose(np.asarray(vjp(W)[0]), G.T @ np.asarray(W, np.float64),
+                                   atol=tol)
+        # second order (the transpose of the transpose is the forward kernel again)
+        hvp = jax.jvp(jax.grad(lambda A: 0.5 * jnp.sum(f(A) ** 2)), (A,), (dA,))[1]
+        np.testing.assert_allclose(np.asarray(hvp), G.T @ (G @ np.asarray(dA, np.float64)),
+                                   atol=tol * 10)
+        # and w.r.t. the signs (d<W, Gamma A>/d signs[j, t] = <W[rows[j, t]], A[j]>)
+        gs = jax.grad(lambda s: jnp.sum(W * S.SparseSignSketch(
+            sk.rows, s, sk.l, sk.m, sk.zeta, sk.dtype_).apply(A)))(sk.signs)
+        rows = np.asarray(sk.rows)
+        want = np.einsum("jtc,jc->jt", np.asarray(W, np.float64)[rows], np.asarray(A, np.float64))
+        np.testing.assert_allclose(np.asarray(gs), want, atol=tol * 10)
+
+
+def test_sparse_sign_vmap_over_keys_and_matrices():
+    sk, A, _ = _sparse_sign_case(np.float32)
+    keys = jax.random.split(jax.random.key(5), 4)
+    As = jnp.stack([A, 2 * A, -A, A[::-1]])
+    draw = lambda k: S.sparse_sign(k, SS_L, SS_M, SS_Z, dtype=np.float32)  # noqa: E731
+    refs = [np.asarray(draw(k).todense(), np.float64) for k in keys]
+    cases = {
+        "keys, shared A": (jax.jit(jax.vmap(lambda k: draw(k).apply(A)))(keys),
+                           [G @ np.asarray(A) for G in refs]),
+        "shared sketch, batch of A": (jax.vmap(sk.apply)(As),
+                                      [np.asarray(sk.todense()) @ np.asarray(X) for X in As]),
+        "keys and A": (jax.vmap(lambda k, X: draw(k).apply(X))(keys, As),
+                       [G @ np.asarray(X) for G, X in zip(refs, As)]),
+        "grad per key": (jax.vmap(lambda k: jax.grad(
+            lambda A: 0.5 * jnp.sum(draw(k).apply(A) ** 2))(A))(keys),
+            [G.T @ (G @ np.asarray(A)) for G in refs]),
+    }
+    for name, (got, want) in cases.items():
+        np.testing.assert_allclose(np.asarray(got), np.stack(want), rtol=1e-4, atol=1e-4,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("dt", [np.complex64, np.complex128])
+def test_sparse_sign_complex_input(dt):
+    rdt = np.float32 if dt == np.complex64 else np.float64
+    with _x64(rdt):
+        sk, Ar, G = _sparse_sign_case(rdt)
+        A = Ar + 1j * Ar[::-1]
+        want = G @ np.asarray(A, np.complex128)
+        tol = 20 * rtol(rdt) * np.abs(want).max()
+        for out in (sk.apply(A), jax.jit(lambda s, A: s.apply(A))(sk, A)):
+            assert out.dtype == dt
+            np.testing.assert_allclose(np.asarray(out), want, atol=tol)
+        tan = jax.jvp(jax.jit(sk.apply), (A,), (1j * A,))[1]
+        np.testing.assert_allclose(np.asarray(tan), 1j * want, atol=tol)
+        # a real loss of complex A: grad is the conjugate-free cotangent Gamma^T (2 Gamma A)
+        g = jax.grad(lambda A: jnp.sum(jnp.abs(sk.apply(A)) ** 2))(A)
+        np.testing.assert_allclose(np.asarray(g), 2 * G.T @ want.conj(), atol=tol * 10)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_sparse_sign_times_sparse_matches_dense_reference(dt):
+    """Gamma @ S for a sparse S (CSC kernel): jit, eager, grad in S's values, vmap over keys."""
+    with _x64(dt):
+        rng = np.random.default_rng(2)
+        Sp = sp.random(SS_M, 9, density=0.05, random_state=rng).astype(dt)
+        op = R.as_operator(Sp)
+        sk = S.sparse_sign(jax.random.key(4), SS_L, SS_M, SS_Z, dtype=dt)
+        G = np.asarray(sk.todense(), np.float64)
+        want = G @ Sp.toarray()
+        tol = 20 * rtol(dt) * max(1.0, np.abs(want).max())
+        for out in (sk.apply(op), jax.jit(lambda s, o: s.apply(o))(sk, op)):
+            assert out.dtype == dt
+            np.testing.assert_allclose(np.asarray(out), want, atol=tol)
+        # d/d values of 0.5 ||Gamma S||^2 = (Gamma^T Gamma S) at the nonzeros (CSC order)
+        import dataclasses
+        g = jax.grad(lambda d: 0.5 * jnp.sum(
+            sk.apply(dataclasses.replace(op, data_c=d)) ** 2))(op.data_c)
+        csc = Sp.tocsc()
+        cols = np.repeat(np.arange(9), np.diff(csc.indptr))
+        np.testing.assert_allclose(np.asarray(g), (G.T @ want)[csc.indices, cols], atol=tol)
+        keys = jax.random.split(jax.random.key(6), 3)
+        got = jax.vmap(lambda k: S.sparse_sign(k, SS_L, SS_M, SS_Z, dtype=dt).apply(op))(keys)
+        for k, out in zip(keys, got):
+            ref = np.asarray(S.sparse_sign(k, SS_L, SS_M, SS_Z, dtype=dt).todense()) @ Sp.toarray()
+            np.testing.assert_allclose(np.asarray(out), ref, atol=tol)
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
@@ -177,7 +319,7 @@ def test_srtt_matches_explicit_formula():
 
 
 def test_make_sketch_and_matmul_operator(rng):
-    sk = S.make_sketch("sparse_sign", jax.random.key(0), 4, MM, zeta=2)
+    sk = S.make_sketch(jax.random.key(0), "sparse_sign", 4, MM, zeta=2)
     A = rng.standard_normal((MM, 3)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(sk @ A), np.asarray(sk.todense()) @ A, rtol=1e-5,
                                atol=1e-6)

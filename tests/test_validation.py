@@ -58,10 +58,14 @@ def test_negative_power_iters():
 
 
 def test_unknown_sketch():
-    with pytest.raises(ValueError, match=r"sketch must be one of \['gaussian', 'sparse_sign', 'srtt'\]; got 'srft'"):
+    with pytest.raises(ValueError, match=r"sketch must be one of \['gaussian', 'sparse_sign', 'srtt'\] or a sketch object .*; got 'srft'"):
         R.rsvd(KEY, A, 3, sketch="srft")
     with pytest.raises(ValueError, match="sketch must be one of"):
-        S.make_sketch("countsketch", KEY, 3, 10)
+        S.make_sketch(KEY, "countsketch", 3, 10)
+    with pytest.raises(ValueError, match="takes options"):
+        S.make_sketch(KEY, "gaussian", 3, 10, zeta=3)
+    with pytest.raises(ValueError, match="set them on the object"):
+        S.as_sketch(S.SparseSign(), zeta=3)
     with pytest.raises(ValueError, match="generator must be one of"):
         S.gaussian(KEY, 3, 10, generator="philox")
     with pytest.raises(ValueError, match="transform"):
@@ -72,8 +76,11 @@ def test_unknown_sketch():
 def test_zeta_range(zeta):
     with pytest.raises(ValueError, match="zeta must be"):
         S.sparse_sign(KEY, 5, 10, zeta)
-    with pytest.raises(ValueError, match="zeta must be"):
-        R.rangefinder(KEY, A, 5, sketch="sparse_sign", sketch_options={"zeta": zeta})
+    if zeta < 1:
+        with pytest.raises(ValueError, match="zeta must be"):
+            R.rangefinder(KEY, A, 5, sketch=S.SparseSign(zeta=zeta))
+    else:  # the choice object uses min(zeta, l) nonzeros per column (thesis: min(l, 8))
+        assert R.rangefinder(KEY, A, 5, sketch=S.SparseSign(zeta=zeta)).shape == (A.shape[0], 5)
 
 
 def test_integer_and_unsupported_dtypes():
