@@ -273,9 +273,12 @@ def certificate(A: Any, selection, *, key=None) -> Certificate:
     For a column selection (:class:`rdr_jax.selection.ColumnSelection`, or anything with
     ``cols``, ``W`` (k x n) and ``eta``): ``||A - C C^+ A|| <= eta ||A - A W^+ W||`` with
     ``C = A(:, cols)``. The right-hand side is evaluated exactly when :func:`lowrank_error`
-    can (dense, small sparse, factored), else estimated with ``key``. When the left-hand
-    side can be evaluated exactly too (dense or small sparse A), it is checked against the
-    bound: a violated bound means the selection was not computed for this A.
+    can (dense, small sparse, factored), else estimated with ``key``. The theorem holds for
+    ANY interpolation matrix with ``W(:, cols) = I`` and ``eta = ||W||_2`` -- also one
+    computed for another matrix of the same shape (the bound is then true but may be loose)
+    -- so the checks are structural: shapes, ``W(:, cols) = I``, ``eta = ||W||_2``, and,
+    when the left-hand side can be evaluated exactly (dense or small sparse A), the bound
+    itself.
 
     Raises:
       ValueError: a selection whose shapes do not fit A, whose ``W(:, cols)`` is not the
@@ -305,9 +308,13 @@ def certificate(A: Any, selection, *, key=None) -> Certificate:
     if not np.allclose(Wc, np.eye(cols.size), atol=1e-5):
         raise ValueError("selection.W(:, cols) is not the identity: W is not the "
                          "interpolation matrix of these skeletons")
+    eta = float(selection.eta)
+    norm_w = float(np.linalg.norm(np.asarray(W, _wide(W.dtype)), 2))
+    if not np.isclose(eta, norm_w, rtol=1e-3):
+        raise ValueError(f"selection.eta = {eta:.6g} is not ||W||_2 = {norm_w:.6g}: not the "
+                         "certificate of this interpolation matrix")
     Q = jnp.linalg.qr(W.conj().T, mode="reduced")[0]
     r = lowrank_error(op, (op.matmat(Q), None, Q), key=key)
-    eta = float(selection.eta)
     cert = Certificate(eta * r.fro, eta * r.spec, eta, r.fro, r.spec)
     if isinstance(op, (DenseOperator, SparseOperator)) and m * n <= 1 << 26:
         C = op.cols(jnp.asarray(cols))

@@ -142,7 +142,16 @@ def test_lowrank_error_and_certificate_say_when_approx_is_of_another_matrix():
     with pytest.raises(ValueError, match="not a low-rank approximation of this A"):
         R.lowrank_error(A[:, :20], c)
     sel = R.select_columns(KEYS[0], B + 0.5 * low_rank(40, 30, 8, seed=4), 3)
-    with pytest.raises(ValueError, match="not computed for this A|violated"):
-        R.certificate(A, sel)
+    # Thm 2.1 holds for any interpolation matrix with W(:, cols) = I and eta = ||W||_2,
+    # so a selection of another matrix still gives a true (if loose) bound ...
+    cert = R.certificate(A, sel)
+    C = A[:, np.asarray(sel.cols)].astype(np.float64)
+    true = np.linalg.norm(A - C @ np.linalg.lstsq(C, A, rcond=None)[0])
+    assert true <= cert.fro * (1 + 1e-5)
+    # ... but a certificate that is not ||W||_2, or W without the identity block, is refused
+    with pytest.raises(ValueError, match="not \|\|W\|\|_2"):
+        R.certificate(A, sel._replace(eta=sel.eta * 0.5))
+    with pytest.raises(ValueError, match="not the identity"):
+        R.certificate(A, sel._replace(W=sel.W * 2))
     with pytest.raises(ValueError, match="does not fit"):
         R.certificate(A[:, :20], sel)

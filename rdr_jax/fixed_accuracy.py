@@ -1,0 +1,529 @@
+"""Fixed-accuracy interpolative decompositions: blocked randomized LUPP with a residual
+estimate, as one traceable ``jax.lax.while_loop``.
+
+Given a relative Frobenius tolerance ``tol`` instead of a rank, find skeleton rows ``I`` and
+an interpolation matrix ``W`` with ``||A - W A(I, :)||_F <~ tol ||A||_F`` (Pearce, Chen, Dong
+and Martinsson 2023, "Adaptive parallelizable algorithms for interpolative decompositions
+via partially pivoted LU"; the fixed-accuracy extension in the Chapter 2 section of
+``reference/implementation-notes.md``; the fixed-rank Rand-LUPP it extends is thesis
+Algorithm ``algo:rand-id-lupp``).
+
+Blocked randomized LUPP on the Schur complement. With the current row ID ``A ~ W A(I, :)``
+(``s = |I|``, ``W(I, :) = I_s``), repeat with a fresh Gaussian sketch ``Omega'`` of size
+``n x (b + p)``, entries N(0, 1/(b + p)):
+
+1. ``Y' = A Omega'`` (one pass over A) and its Schur complement
+   ``S = Y' - W Y'(I, :) = (A - W A(I, :)) Omega'``. Because ``Omega'`` is independent of
+   the pivots, ``E ||S||_F^2 = ||A - W A(I, :)||_F^2``: an *unbiased* estimate of the
+   squared residual. ``||A||_F^2`` is estimated by the running mean of ``||Y'||_F^2`` over
+   all sketches drawn so far.
+2. Stop when ``||S||_F^2 <= tol^2 ||A||_F^2`` (estimates), or when ``s`` reached
+   ``max_rank`` (``converged=False``).
+3. Otherwise LUPP on ``S`` (m x (b + p)) picks up to ``b`` new rows ``I'``;
+   ``w = S S(I', :)^+`` (least squares over all b + p sketch columns: the p extra columns
+   oversample the interpolation, as in Rand-LUPP's ``X_1^+ X``), and
+   ``W <- [W - w W(I', :), w]``, ``I <- [I, I']``. Pivots that are numerically zero
+   (relative to the block, or below the rounding floor ``10 eps sqrt(max(m, n)) ||A||_F /
+   sqrt(b + p)``) are dropped; if no pivot survives the residual is numerically zero, so
+   the loop stops with ``converged=True`` and ``error_estimate=0`` -- an exact-rank matrix
+   stops at its rank.
+
+Sketch ``t`` (t = 0, 1, ...) is drawn from ``jax.random.fold_in(key, t)``. Everything has
+static shapes: ``I`` and ``W`` are padded to ``max_rank`` (entries past ``rank`` are zero),
+so the functions here are pure under ``jax.jit`` (with ``A`` and ``tol`` as traced
+arguments) and ``jax.vmap`` over keys (a batched while loop). There are no host syncs, so
+no warning can be raised when ``tol`` is not reached: check ``converged``.
+
+Scaling: every sketch is computed as ``2^k A Omega'`` with an exact power of two ``2^k``
+chosen so that ``|Y'| ~ 1`` (``k = 0``, i.e. bit-identical arithmetic, unless the data are
+within a factor ``2^(maxexp/4)`` of under/overflow): for dense and sparse inputs from the
+largest ``|a_ij|`` decoded from its bits (:mod:`rdr_jax._fp`), for other operators from the
+first sketch. Matrices scaled by e.g. 1e-30 or 1e30 in float32 (whose squared norms would
+under/overflow) therefore give the same skeletons as the unscaled matrix, and dense or sparse
+inputs with subnormal entries -- which XLA flushes to zero in arithmetic -- are rescaled
+exactly before use. (Implicit and factored operators whose own products underflow cannot be
+rescued this way.) ``norm_estimate`` is reported in the units of ``A``, so it can itself
+underflow to 0 for a subnormal ``||A||_F``.
+
+Public functions:
+
+* :func:`adaptive_row_skeletons` -> :class:`AdaptiveRows`   (``A ~ W A(rows, :)``)
+* :func:`adaptive_column_skeletons` -> :class:`AdaptiveColumns` (``A ~ A(:, cols) W``)
+* :func:`exact_prefix` -- the shortest prefix of a column skeleton whose exact-coefficient
+  column ID (``W = C^+ A``) meets ``tol`` (for dense and sparse inputs, whose ``||A||_F``
+  is exact).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import numbers
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Inexact, Int
+
+from rdr_jax import _fp
+from rdr_jax import _validation as V
+from rdr_jax.operators import HIGHEST, DenseOperator, LinearOperator, SparseOperator, as_operator
+
+__all__ = ["DEFAULT_MAX_RANK", "AdaptiveColumns", "AdaptiveRows", "adaptive_column_skeletons",
+           "adaptive_row_skeletons", "exact_prefix"]
+
+#: default cap on the rank: ``min(m, n, DEFAULT_MAX_RANK)``. The work arrays are
+#: ``m x (max_rank + block_size)``; pass a larger ``max_rank`` explicitly if you need it.
+DEFAULT_MAX_RANK = 1024
+
+
+class AdaptiveRows(NamedTuple):
+    """Fixed-accuracy row ID ``A ~ W A(rows, :)``, padded to ``max_rank``.
+
+    Attributes:
+      rows: (max_rank,) int32 skeleton row indices; ``rows[:rank]`` are valid, the rest 0.
+      W: (m, max_rank) interpolation matrix; columns past ``rank`` are exactly 0 and
+        ``W[rows[:rank], :rank] = I``.
+      rank: int32 scalar.
+      error_estimate: estimated ``||A - W A(rows, :)||_F / ||A||_F`` at ``rank`` from a
+        sketch the pivots never saw (the squared numerator is unbiased); 0 when the residual
+        is numerically zero; NaN if a sketch was not finite.
+      norm_estimate: estimated ``||A||_F`` (root of the mean of ``||A Omega||_F^2`` over all
+        sketches drawn).
+      converged: bool scalar, ``error_estimate <= tol`` (or an exactly zero residual).
+        False when ``max_rank`` was reached first (or a sketch was not finite).
+    """
+
+    rows: Int[Array, " r"]
+    W: Inexact[Array, "m r"]
+    rank: Int[Array, ""]
+    error_estimate: Float[Array, ""]
+    norm_estimate: Float[Array, ""]
+    converged: Bool[Array, ""]
+
+
+class AdaptiveColumns(NamedTuple):
+    """Fixed-accuracy column ID ``A ~ A(:, cols) W``, padded to ``max_rank``.
+
+    Attributes:
+      cols: (max_rank,) int32 skeleton column indices; ``cols[:rank]`` are valid, the rest 0.
+      W: (max_rank, n); rows past ``rank`` are exactly 0 and ``W[:rank, cols[:rank]] = I``.
+      rank, error_estimate, norm_estimate, converged: as in :class:`AdaptiveRows`.
+    """
+
+    cols: Int[Array, " r"]
+    W: Inexact[Array, "r n"]
+    rank: Int[Array, ""]
+    error_estimate: Float[Array, ""]
+    norm_estimate: Float[Array, ""]
+    converged: Bool[Array, ""]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    """Static settings of the jitted core (hashable; one compilation per value)."""
+
+    block_size: int   # b: rows added per step (<= max_rank)
+    oversample: int   # p: extra sketch columns (b + p <= number of columns of the op)
+    max_rank: int     # static cap on the rank; arrays are padded to it
+
+
+class _State(NamedTuple):
+    W: jax.Array          # m x (max_rank + b); columns past s are zero
+    I: jax.Array          # (max_rank + b,) int32
+    s: jax.Array          # current rank
+    step: jax.Array       # sketches drawn so far
+    norm2_sum: jax.Array  # sum of ||Y'||_F^2 (scaled units)
+    e2: jax.Array         # last ||S||_F^2 (scaled units)
+    done: jax.Array
+    converged: jax.Array
+    k: jax.Array          # exponent of the power-of-two scaling 2^k of A
+
+
+# --------------------------------------------------------------------------------------
+# the jitted core
+# --------------------------------------------------------------------------------------
+def _gaussian(op, key, step, l):
+    n = op.shape[1]
+    return jax.random.normal(jax.random.fold_in(key, step), (n, l), dtype=op.dtype) / math.sqrt(l)
+
+
+def _shift(e, rdt):
+    """Exponent k of the power-of-two scaling ``2^k`` for data whose largest magnitude is
+    ``2^e``: 0 (no scaling, bit-identical results) unless ``|e| > maxexp / 4`` -- where squared
+    norms would under/overflow -- then ``k = -e`` (clipped to a safe range)."""
+    fi = jnp.finfo(rdt)
+    K = fi.maxexp - 8
+    far = (jnp.abs(e) > fi.maxexp // 4) & (e != _fp.ZERO_EXPONENT)
+    return jnp.where(far, jnp.clip(-e, -K, K), 0).astype(jnp.int32)
+
+
+def _sketcher(op, key, l, rdt):
+    """``(k0, sketch)``: ``sketch(t, k) -> (Y', k)`` with ``Y' = 2^k A Omega_t``, an exact
+    power-of-two scaling that keeps ``|Y'| ~ 1`` (squared norms then neither underflow nor
+    overflow), and ``k0`` the initial exponent.
+
+    * dense: ``k`` from the largest ``|a_ij|``, decoded from the bits (:mod:`rdr_jax._fp`,
+      immune to XLA's flush-to-zero); when ``k != 0`` each sketch multiplies the exactly
+      rescaled copy ``2^k A``, so subnormal inputs work too (the branch depends on A only:
+      it is not batched under vmap over keys);
+    * sparse: ``k`` from the largest stored entry, the entries rescaled once (O(nnz));
+    * other operators: ``k`` from the first sketch ``A Omega_0`` (rescaled exactly), then
+      ``2^k A Omega = 2^{min(k,0)} A (2^{max(k,0)} Omega)``.
+
+    One call site for the Gaussian generator and one for the product (compile time).
+    """
+    dt = np.dtype(op.dtype)
+    if isinstance(op, DenseOperator):
+        k0 = _shift(_fp.max_exponent(op.array), rdt)
+
+        def sketch(t, k):
+            Om = _gaussian(op, key, t, l)
+            Y = jax.lax.cond(
+                k != 0, lambda: jnp.matmul(_fp.ldexp(op.array, k), Om, precision=HIGHEST),
+                lambda: op.matmat(Om))
+            return Y.astype(dt), k
+        return k0, sketch
+    if isinstance(op, SparseOperator):
+        k0 = _shift(_fp.max_exponent(op.data_r), rdt)
+        ops = dataclasses.replace(op, data_r=_fp.ldexp(op.data_r, k0),
+                                  data_c=_fp.ldexp(op.data_c, k0))
+        return k0, lambda t, k: (ops.matmat(_gaussian(op, key, t, l)).astype(dt), k)
+
+    one = jnp.ones((), rdt)
+
+    def sketch(t, k):                          # k = 0 until the first sketch has set it
+        Om = _gaussian(op, key, t, l) * _fp.ldexp(one, jnp.maximum(k, 0))
+        Y = op.matmat(Om).astype(dt) * _fp.ldexp(one, jnp.minimum(k, 0))
+        first = t == 0
+        k = jnp.where(first, _shift(_fp.max_exponent(Y), rdt), k)
+        return jnp.where(first, _fp.ldexp(Y, k), Y).astype(dt), k
+    return jnp.zeros((), jnp.int32), sketch
+
+
+def _extend(W, I, s, S, limit, floor, b):
+    """LUPP on the block picks b rows ``I'``; ``w = S S(I', :)^+``; ``W <- [W - w W(I', :), w]``,
+    ``I <- [I, I']``; numerically zero pivots are dropped (at most ``limit`` rows kept)."""
+    m, bp = S.shape
+    eps = jnp.finfo(W.dtype).eps
+    lu, _, perm = jax.lax.linalg.lu(S)
+    piv = jnp.abs(jnp.diagonal(lu[:b, :b]))
+    # numerically zero pivots: relative to the block, or below the rounding floor of A
+    good = (piv > eps * max(m, bp) * jnp.max(piv)) & (piv > floor)
+    g = jnp.sum(jnp.cumprod(good.astype(jnp.int32)))          # leading nonzero pivots
+    g = jnp.minimum(g, limit).astype(s.dtype)                # never exceed max_rank
+    keep = jnp.arange(b) < g
+    Inew = perm[:b].astype(I.dtype)
+    Snew = jnp.where(keep[:, None], S[Inew], 0.0)            # b x (b + p), junk rows zeroed
+    w = jnp.matmul(S, jnp.linalg.pinv(Snew), precision=HIGHEST)   # m x b
+    w = jnp.where(keep[None, :], w, 0.0)
+    W = W - jnp.matmul(w, W[Inew], precision=HIGHEST)
+    W = jax.lax.dynamic_update_slice(W, w, (jnp.zeros((), s.dtype), s))
+    I = jax.lax.dynamic_update_slice(I, jnp.where(keep, Inew, 0), (s,))
+    return W, I, s + g
+
+
+def _rows_impl(key, op: LinearOperator, tol, cfg: _Config) -> AdaptiveRows:
+    m, n = op.shape
+    b, p, cap = cfg.block_size, cfg.oversample, cfg.max_rank
+    l = b + p
+    dt = np.dtype(op.dtype)
+    rdt = V.real_dtype(dt)
+    fi = jnp.finfo(rdt)
+    eps = float(fi.eps)
+    tol2 = jnp.square(jnp.asarray(tol, rdt))
+    floor_c = 10.0 * eps * math.sqrt(max(m, n)) / math.sqrt(l)
+
+    # exact power-of-two scaling so that squared norms neither underflow nor overflow
+    k0, sketch = _sketcher(op, key, l, rdt)
+
+    def body(st: _State) -> _State:
+        Y, k = sketch(st.step, st.k)                         # Y' = 2^k A Omega_step
+        valid = (jnp.arange(cap + b) < st.s).astype(jnp.int32)
+        taken = jnp.zeros((m,), jnp.int32).at[st.I].max(valid) > 0
+        S = Y - jnp.matmul(st.W, Y[st.I], precision=HIGHEST)  # unused W columns are zero
+        S = jnp.where(taken[:, None], 0.0, S)                 # exact zeros on the skeleton
+        e2 = jnp.sum(jnp.abs(S) ** 2)
+        norm2_sum = st.norm2_sum + jnp.sum(jnp.abs(Y) ** 2)
+        step = st.step + 1
+        norm2 = norm2_sum / step.astype(rdt)
+        finite = jnp.isfinite(e2) & jnp.isfinite(norm2_sum)
+        conv = finite & (e2 <= tol2 * norm2)
+        stop = conv | (st.s >= cap) | ~finite
+        floor = floor_c * jnp.sqrt(norm2)
+        W, I, s = jax.lax.cond(
+            stop, lambda: (st.W, st.I, st.s),
+            lambda: _extend(st.W, st.I, st.s, S, cap - st.s, floor, b))
+        zero = ~stop & (s == st.s)            # no numerically nonzero pivot: zero residual
+        e2 = jnp.where(zero, 0.0, jnp.where(finite, e2, jnp.nan)).astype(rdt)
+        return _State(W, I, s, step, norm2_sum, e2, stop | zero, conv | zero, k)
+
+    st = _State(W=jnp.zeros((m, cap + b), dt), I=jnp.zeros((cap + b,), jnp.int32),
+                s=jnp.zeros((), jnp.int32), step=jnp.zeros((), jnp.int32),
+                norm2_sum=jnp.zeros((), rdt), e2=jnp.zeros((), rdt),
+                done=jnp.zeros((), bool), converged=jnp.zeros((), bool), k=k0)
+    st = jax.lax.while_loop(lambda st: ~st.done, body, st)
+
+    norm2 = st.norm2_sum / st.step.astype(rdt)
+    err = jnp.where(norm2 > 0, jnp.sqrt(st.e2 / jnp.where(norm2 > 0, norm2, 1)), 0.0)
+    err = jnp.where(jnp.isnan(st.e2), jnp.nan, err)
+    norm = _fp.ldexp(jnp.sqrt(norm2), -st.k)
+    return AdaptiveRows(st.I[:cap], st.W[:, :cap], st.s, err.astype(rdt), norm.astype(rdt),
+                        st.converged)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _adaptive_rows(key, op, tol, cfg: _Config) -> AdaptiveRows:
+    return _rows_impl(key, op, tol, cfg)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _adaptive_cols(key, op, tol, cfg: _Config) -> AdaptiveColumns:
+    r = _rows_impl(key, op.H, tol, cfg)
+    return AdaptiveColumns(r.rows, r.W.conj().T, r.rank, r.error_estimate, r.norm_estimate,
+                           r.converged)
+
+
+# --------------------------------------------------------------------------------------
+# boundary
+# --------------------------------------------------------------------------------------
+def _check_tol(tol, rdt) -> jax.Array:
+    """``tol``: a real float in (0, 1) (Python/NumPy float or a 0-d floating jax array;
+    traced values are accepted unchecked). Returned as a 0-d array of ``rdt`` so that every
+    value hits the same compiled function."""
+    if isinstance(tol, jax.core.Tracer):
+        if tol.shape != () or not jnp.issubdtype(tol.dtype, jnp.floating):
+            raise TypeError(f"tol must be a real float scalar; got a traced {tol.dtype} "
+                            f"array of shape {tol.shape}")
+        return tol.astype(rdt)
+    if isinstance(tol, (bool, np.bool_, numbers.Integral)):
+        raise TypeError(f"tol must be a float in (0, 1) (a relative Frobenius error); got "
+                        f"{type(tol).__name__} {tol!r} (an integer would be a rank)")
+    if isinstance(tol, (jax.Array, np.ndarray)):
+        if tol.shape != () or not jnp.issubdtype(tol.dtype, jnp.floating):
+            raise TypeError(f"tol must be a real float scalar; got an array of dtype "
+                            f"{tol.dtype} and shape {tol.shape}")
+        value = float(tol)
+    elif isinstance(tol, (float, np.floating)):
+        value = float(tol)
+    else:
+        raise TypeError(f"tol must be a float in (0, 1); got {type(tol).__name__} {tol!r}")
+    if not (math.isfinite(value) and 0.0 < value < 1.0):
+        raise ValueError(f"tol must be in (0, 1) (a relative Frobenius error); got {value}")
+    return jnp.asarray(value, rdt)
+
+
+def _prepare(key, A, tol, block_size, oversample, max_rank, *, adjoint: bool):
+    key = V.check_key(key)
+    op = as_operator(A)
+    m, n = op.shape
+    tol = _check_tol(tol, V.real_dtype(op.dtype))
+    b = V.check_int("block_size", block_size, low=1)
+    p = V.check_int("oversample", oversample, low=0)
+    mn = min(m, n)
+    if max_rank is None:
+        cap = min(mn, DEFAULT_MAX_RANK)
+    else:
+        cap = V.check_int("max_rank", max_rank, low=1, high=mn, high_desc="min(m, n) of A")
+    b = min(b, cap)
+    ncols = m if adjoint else n                     # columns of the operator that is sketched
+    p = min(p, ncols - b)
+    return key, op, tol, _Config(block_size=b, oversample=p, max_rank=cap)
+
+
+def adaptive_row_skeletons(key, A: Any, tol, *, block_size: int = 16, oversample: int = 8,
+                           max_rank: int | None = None) -> AdaptiveRows:
+    """Fixed-accuracy row ID ``A ~ W A(rows, :)`` by blocked randomized LUPP.
+
+    See the module docstring for the algorithm (Pearce, Chen, Dong, Martinsson 2023;
+    implementation notes, Chapter 2, fixed accuracy). Sketch ``t`` is the Gaussian
+    ``N(0, 1/(b + p))`` matrix drawn from ``jax.random.fold_in(key, t)``; stop when the
+    unbiased estimate ``||(A - W A(I, :)) Omega'||_F^2`` falls below
+    ``tol^2 * mean_t ||A Omega_t||_F^2``.
+
+    Pure and traceable: works eagerly, under ``jax.jit`` (``A``, ``key`` and ``tol`` may be
+    traced; changing ``tol`` does not recompile) and under ``jax.vmap`` over keys. When
+    ``tol`` is not met by ``max_rank`` the result has ``converged=False`` (no warning can be
+    raised inside jit: the caller checks ``converged``).
+
+    Args:
+      key: ``jax.random.key``.
+      A: m x n matrix or operator (dense, scipy.sparse, BCOO, implicit, factored; anything
+        :func:`rdr_jax.operators.as_operator` accepts).
+      tol: relative Frobenius tolerance, a float in (0, 1) (Python float or a traced scalar).
+      block_size: b, at most b rows are added per step (static; clipped to ``max_rank``).
+      oversample: p extra sketch columns per step (static; clipped to ``n - b``; p = 0 is the
+        plain blocked LUPP, whose sketch-based coefficients are noticeably worse).
+      max_rank: static cap on the rank, ``1 <= max_rank <= min(m, n)``. Default
+        ``min(m, n, 1024)`` (:data:`DEFAULT_MAX_RANK`): the outputs and work arrays are
+        padded to it (``W`` is m x max_rank), so a larger cap is the caller's choice.
+
+    Returns:
+      :class:`AdaptiveRows` ``(rows, W, rank, error_estimate, norm_estimate, converged)``,
+      padded to ``max_rank`` (entries past ``rank`` are zero).
+
+    Raises:
+      TypeError / ValueError: bad key, tol (not a float in (0, 1)), block_size < 1,
+        oversample < 0, max_rank outside [1, min(m, n)], or a bad ``A``.
+
+    Example:
+      >>> res = adaptive_row_skeletons(jax.random.key(0), A, 1e-3)
+      >>> k = int(res.rank)
+      >>> A_hat = res.W[:, :k] @ A[res.rows[:k]]
+      >>> batch = jax.vmap(lambda key: adaptive_row_skeletons(key, A, 1e-3))(
+      ...     jax.random.split(jax.random.key(0), 8))
+    """
+    key, op, tol, cfg = _prepare(key, A, tol, block_size, oversample, max_rank, adjoint=False)
+    return _adaptive_rows(key, op, tol, cfg)
+
+
+def adaptive_column_skeletons(key, A: Any, tol, *, block_size: int = 16, oversample: int = 8,
+                              max_rank: int | None = None) -> AdaptiveColumns:
+    """Fixed-accuracy column ID ``A ~ A(:, cols) W``: :func:`adaptive_row_skeletons` on
+    ``A^H`` (same key usage), with ``W`` conjugate-transposed back to (max_rank x n).
+
+    Args and behaviour as :func:`adaptive_row_skeletons` (``oversample`` is clipped to
+    ``m - b`` here).
+
+    Returns:
+      :class:`AdaptiveColumns` ``(cols, W, rank, error_estimate, norm_estimate, converged)``.
+
+    Example:
+      >>> res = adaptive_column_skeletons(jax.random.key(0), A, 1e-3)
+      >>> k = int(res.rank)
+      >>> A_hat = A[:, res.cols[:k]] @ res.W[:k]
+    """
+    key, op, tol, cfg = _prepare(key, A, tol, block_size, oversample, max_rank, adjoint=True)
+    return _adaptive_cols(key, op, tol, cfg)
+
+
+# --------------------------------------------------------------------------------------
+# exact-coefficient prefix
+# --------------------------------------------------------------------------------------
+def _scaled_for_prefix(op, rdt):
+    """``(k, a2, rmatmat)`` for the exact prefix: ``2^k`` an exact power-of-two scaling of A
+    (as in the adaptive loop: 0 unless the entries are near under/overflow), ``a2`` the exact
+    ``||2^k A||_F^2`` (None when not available: implicit and factored operators), and
+    ``rmatmat(Q) = (2^k A)^H Q``."""
+    if isinstance(op, DenseOperator):
+        k = _shift(_fp.max_exponent(op.array), rdt)
+        a2 = jnp.sum(jnp.abs(_fp.ldexp(op.array, k)) ** 2)
+
+        def rmatmat(Q):
+            return jax.lax.cond(
+                k != 0,
+                lambda: jnp.matmul(_fp.ldexp(op.array, k).conj().T, Q, precision=HIGHEST),
+                lambda: op.rmatmat(Q))
+        return k, a2, rmatmat
+    if isinstance(op, SparseOperator):
+        k = _shift(_fp.max_exponent(op.data_r), rdt)
+        ops = dataclasses.replace(op, data_r=_fp.ldexp(op.data_r, k),
+                                  data_c=_fp.ldexp(op.data_c, k))
+        return k, jnp.sum(jnp.abs(ops.data_r) ** 2), ops.rmatmat
+    return None, None, op.rmatmat
+
+
+@jax.jit
+def _exact_prefix_jit(op, cols, C, rank, tol, estimate):
+    n = op.shape[1]
+    r = C.shape[1]
+    rdt = V.real_dtype(C.dtype)
+    eps = float(jnp.finfo(rdt).eps)
+    rank = jnp.clip(jnp.asarray(rank, jnp.int32), 0, r)
+    tol = jnp.asarray(tol, rdt)
+    estimate = jnp.asarray(estimate, rdt)
+    ar = jnp.arange(r)
+    valid = ar < rank
+    # everything on 2^k A and 2^k C (exact): W = C^+ A is unchanged, no squares under/overflow
+    k, a2, rmatmat = _scaled_for_prefix(op, rdt)
+    C = jnp.where(valid[None, :], C, 0)
+    if k is not None:
+        C = _fp.ldexp(C, k)
+    # nested QR: the first j columns of Q span C_j for every j <= rank
+    Q, Rc = jnp.linalg.qr(C, mode="reduced")                                  # m x r, r x r
+    B = rmatmat(Q.astype(op.dtype)).conj().T.astype(C.dtype)                 # Q^H A, r x n
+    B = jnp.where(valid[:, None], B, 0)
+    if a2 is None:                    # ||A||_F not exact: keep the sketch-based rank
+        j, rel = rank, estimate
+    else:
+        a2 = a2.astype(rdt)
+        rowsq = jnp.sum(jnp.abs(B) ** 2, axis=1).astype(rdt)                  # ||B(i, :)||^2
+        # ||A - C_j C_j^+ A||_F^2 = ||A||_F^2 - sum_{i<=j} ||B(i,:)||^2
+        #                        = (||A||_F^2 - ||B||_F^2) + sum_{i>j} ||B(i,:)||^2
+        # (the tail sums keep the digits of the small errors)
+        tail = jnp.concatenate([jnp.cumsum(rowsq[::-1])[::-1], jnp.zeros((1,), rdt)])
+        err2 = (a2 - tail[0]) + tail                                          # j = 0..r
+        ok = (err2 <= tol ** 2 * a2) & (jnp.arange(r + 1) <= rank)
+        j_found = jnp.where(jnp.any(ok), jnp.argmax(ok), rank).astype(jnp.int32)
+        # tol^2 near the rounding level of ||A||^2 - sum: the differences are noise
+        usable = tol ** 2 >= 1e3 * eps
+        j = jnp.where(usable, j_found, rank)
+        safe = jnp.where(a2 > 0, a2, 1)
+        rel = jnp.where(a2 > 0, jnp.sqrt(jnp.maximum(err2[j], 0) / safe), 0.0)
+        rel = jnp.where(usable, rel, estimate)
+    keep = ar < j
+    Rj = jnp.where(keep[:, None] & keep[None, :], Rc, 0)
+    W = jnp.matmul(jnp.linalg.pinv(Rj), jnp.where(keep[:, None], B, 0), precision=HIGHEST)
+    idx = jnp.where(keep, cols, n)                          # out of range: dropped
+    eye = jnp.where(keep[:, None] & keep[None, :], jnp.eye(r, dtype=W.dtype), 0)
+    W = W.at[:, idx].set(eye, mode="drop")
+    return j, W, rel.astype(rdt)
+
+
+def exact_prefix(op: Any, cols, C, rank, tol, *, estimate=None):
+    """Shortest skeleton prefix whose *exact-coefficient* column ID meets ``tol`` (jittable).
+
+    For a padded column skeleton ``C = A(:, cols)`` (m x max_rank, only the first ``rank``
+    columns valid; e.g. from :func:`adaptive_column_skeletons`) find the smallest
+    ``j <= rank`` with ``||A - C_j W||_F <= tol ||A||_F`` for ``W = C_j^+ A`` (the best
+    coefficients for these skeletons). With ``C_rank = Q R`` (pivot order; Q is nested:
+    ``range(Q(:, :j)) = range(C_j)``) and ``B = Q^H A`` (one pass over A),
+
+        ``||A - C_j C_j^+ A||_F^2 = ||A||_F^2 - sum_{i<=j} ||B(i, :)||^2``,
+
+    so one pass gives the error of every prefix. This needs ``||A||_F`` exactly: it is used
+    for :class:`~rdr_jax.operators.DenseOperator` and
+    :class:`~rdr_jax.operators.SparseOperator` inputs when ``tol^2 >= 1e3 eps`` (above the
+    rounding level of the difference); otherwise ``j = rank`` (the sketch-based rank) and
+    ``W = C^+ A``.
+
+    Args:
+      op: the matrix A (anything :func:`rdr_jax.operators.as_operator` accepts).
+      cols: (max_rank,) int skeleton column indices (entries past ``rank`` ignored).
+      C: (m, max_rank) ``A(:, cols)`` (columns past ``rank`` ignored).
+      rank: int scalar (may be traced), number of valid columns.
+      tol: relative Frobenius tolerance in (0, 1) (may be traced).
+      estimate: relative error returned when the prefix is not computed exactly (e.g. the
+        ``error_estimate`` of :func:`adaptive_column_skeletons`); default NaN.
+
+    Returns:
+      ``(j, W, rel_err)``: ``j`` int32 scalar; ``W`` (max_rank x n) with rows past ``j``
+      zero and ``W[:j, cols[:j]] = I``, so ``A ~ C[:, :j] @ W[:j]``; ``rel_err`` the exact
+      ``||A - C_j W||_F / ||A||_F`` (up to rounding), or ``estimate`` when not computed.
+
+    Example:
+      >>> res = adaptive_column_skeletons(key, A, 1e-3)
+      >>> C = A[:, res.cols]
+      >>> j, W, err = exact_prefix(A, res.cols, C, res.rank, 1e-3,
+      ...                          estimate=res.error_estimate)
+    """
+    op = as_operator(op)
+    C = jnp.asarray(C)
+    cols = jnp.asarray(cols)
+    m, n = op.shape
+    if C.ndim != 2 or C.shape[0] != m or not 1 <= C.shape[1] <= min(m, n):
+        raise ValueError(f"C must be (m, max_rank) with m = {m} and 1 <= max_rank <= "
+                         f"{min(m, n)}; got shape {C.shape}")
+    if cols.shape != (C.shape[1],) or not jnp.issubdtype(cols.dtype, jnp.integer):
+        raise ValueError(f"cols must be an integer array of shape ({C.shape[1]},); got "
+                         f"{cols.dtype} {cols.shape}")
+    tol = _check_tol(tol, V.real_dtype(C.dtype))
+    if not isinstance(rank, jax.core.Tracer) and not (
+            isinstance(rank, (jax.Array, np.ndarray)) and rank.shape == ()
+            and jnp.issubdtype(rank.dtype, jnp.integer)):
+        V.check_int("rank", rank, low=0, high=C.shape[1], high_desc="max_rank = C.shape[1]")
+    if estimate is None:
+        estimate = jnp.nan
+    return _exact_prefix_jit(op, cols, C, rank, tol, estimate)
