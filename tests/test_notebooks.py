@@ -1,6 +1,5 @@
 """Every notebook runs top to bottom on quick settings (RDR_JAX_QUICK=1)."""
 
-import os
 import pathlib
 
 import nbformat

@@ -149,7 +149,7 @@ def test_lowrank_error_and_certificate_say_when_approx_is_of_another_matrix():
     true = np.linalg.norm(A - C @ np.linalg.lstsq(C, A, rcond=None)[0])
     assert true <= cert.fro * (1 + 1e-5)
     # ... but a certificate that is not ||W||_2, or W without the identity block, is refused
-    with pytest.raises(ValueError, match="not \|\|W\|\|_2"):
+    with pytest.raises(ValueError, match=r"not \|\|W\|\|_2"):
         R.certificate(A, sel._replace(eta=sel.eta * 0.5))
     with pytest.raises(ValueError, match="not the identity"):
         R.certificate(A, sel._replace(W=sel.W * 2))

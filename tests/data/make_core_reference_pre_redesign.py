@@ -1,7 +1,7 @@
 """Reference outputs of the pre-redesign core (commit 18d513f), for tests/test_core_reference.py."""
 import jax
 jax.config.update("jax_enable_x64", True)
-import jax.numpy as jnp, numpy as np
+import numpy as np
 import rdr_jax as R
 rng = np.random.default_rng(0)
 U = np.linalg.qr(rng.standard_normal((60, 40)))[0]
