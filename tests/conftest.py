@@ -12,18 +12,11 @@ import pytest
 
 @pytest.fixture(params=["float32", "float64"])
 def dtype(request):
-    """The test's working dtype; float64 runs with ``jax_enable_x64`` on.
-
-    The global flag (not the thread-local ``jax.enable_x64`` context) is used because host
-    callbacks (the CPU sparse-sign kernel) run on other threads, which do not see a
-    thread-local context.
-    """
-    prev = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", request.param == "float64")
-    try:
+    """The test's working dtype; float64 runs inside the thread-local ``jax.enable_x64``
+    context (the global flag is never flipped between cases; the CPU kernels are XLA FFI
+    calls, so no callback thread needs to see the flag)."""
+    with jax.enable_x64(request.param == "float64"):
         yield np.dtype(request.param)
-    finally:
-        jax.config.update("jax_enable_x64", prev)
 
 
 def rtol(dtype) -> float:

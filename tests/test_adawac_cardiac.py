@@ -181,16 +181,12 @@ def test_quick_config_training_learns():
     from rdr_jax.adawac.configs import get_config
     from rdr_jax.adawac.train import train
 
-    prev = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", False)
-    try:
+    with jax.enable_x64(False):
         d = cardiac_phantom_cases(jax.random.key(0), 6, 8, 32, num_test_cases=1)
         cfg = get_config("acdc", quick=True)
         cfg.data.num_classes = 4
         cfg.num_steps = 24
         res = train(cfg, d.train, test=d.test, num_classes=4)
-    finally:
-        jax.config.update("jax_enable_x64", prev)
     assert len(res.losses) == 24 and np.all(np.isfinite(res.losses))
     assert np.mean(res.losses[-4:]) < 0.7 * res.losses[0]
     assert np.isfinite(res.test["dice"]) and 0.2 <= res.test["dice"] <= 1.0

@@ -36,10 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(autouse=True)
 def _float32():
-    prev = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", False)
-    yield
-    jax.config.update("jax_enable_x64", prev)
+    with jax.enable_x64(False):
+        yield
 
 
 def _tiny_config(**kw):

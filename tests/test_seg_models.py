@@ -322,9 +322,7 @@ def test_unet_small_forward_64_train_eval_channel_repeat_and_float64(x64):
     np.testing.assert_array_equal(l1, l3)
     np.testing.assert_array_equal(z1, z3)
     # float64: the same weights cast to float64 give a float64 forward close to float32's
-    prev = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
+    with jax.enable_x64(True):
         gd, st = nnx.split(u1)
         u64 = nnx.merge(gd, jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), st))
         l64, z64 = _fwd(u64, jnp.asarray(x, jnp.float64))
@@ -333,8 +331,6 @@ def test_unet_small_forward_64_train_eval_channel_repeat_and_float64(x64):
         m = nnx.eval_shape(lambda: UNetResNet34.small(2, param_dtype=jnp.float64, rngs=R(0)))
         assert {a.dtype for a in jax.tree.leaves(nnx.state(m, (nnx.Param, nnx.BatchStat)))
                 } == {np.dtype(np.float64)}
-    finally:
-        jax.config.update("jax_enable_x64", prev)
     # train mode uses batch statistics and updates the running ones; eval leaves them
     mean0 = np.asarray(u1.encoder.bn1.mean[...])
     _fwd(u1, x)
