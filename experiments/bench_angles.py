@@ -1,8 +1,9 @@
 """Benchmark: the unbiased canonical-angle estimator, jit + vmap vs a plain numpy loop.
 
 Thesis ``algo:unbiased_canonical_angle_estimators`` (Prop. ``prop:space_agnostic_estimation``)
-with N trials, spectrum length r, sketch size l, target rank k, q power iterations
-(default N = 100, r = 500, l = 200, k = 50, q = 0; the thesis' slow-decay spectrum), float64.
+with N trials, spectrum length r, sketch size l, target rank k, ``--power-iters`` q power
+iterations (default N = 100, r = 500, l = 200, k = 50, q = 0; the thesis' slow-decay spectrum),
+float64.
 
 Rows of the table (each: warm-up calls, then the median of ``--repeats`` timed calls):
 
@@ -10,12 +11,14 @@ Rows of the table (each: warm-up calls, then the median of ``--repeats`` timed c
                                    ``Omega ~ N(0, 1/l)^{r x l}`` (``numpy.random.Generator``),
                                    ``svd(W2, econ)``, ``nu = svd(W1 V S^-1 U^H)``,
                                    ``theta = 1/sqrt(1 + nu^2)``.
-* ``rdr_jax (default)``         -- ``angles.unbiased_estimate(key, s, k, l, q, num_trials=N)``:
+* ``rdr_jax (default)``         -- ``angles.unbiased_estimate(key, s, k, l, power_iters,
+                                   num_trials=N)``:
                                    one jit-compiled call, the N trials a ``vmap`` over split
                                    keys; ``method="auto"`` (Cholesky of ``W2^T W2`` with a QR
                                    fallback), Gaussian draws from the hash generator.
 * ``rdr_jax method=qr``         -- the same with the always-QR path.
-* ``rdr_jax threefry``          -- the same with ``jax.random.normal`` draws.
+* ``rdr_jax threefry``          -- the same with ``jax.random.normal`` draws
+                                   (``sketch=Gaussian(generator="threefry")``).
 
 Every configuration runs twice: with the BLAS thread pools as the process found them and
 limited to one thread (``threadpoolctl``; numpy's and jaxlib's LAPACK both use OpenBLAS,
@@ -53,6 +56,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rdr_jax import angles, matrices  # noqa: E402
+from rdr_jax.sketching import Gaussian  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_angles.json"
 TARGET = 5.0
@@ -104,7 +108,7 @@ def blas_info():
 
 
 def run(args):
-    N, r, l, k, q = args.trials, args.r, args.l, args.k, args.q
+    N, r, l, k, q = args.trials, args.r, args.l, args.k, args.power_iters
     s = matrices.polynomial_decay(r, r1=min(20, k)) if args.spectrum == "slow" else \
         matrices.exponential_decay(r, r1=min(20, k))
     sj = jnp.asarray(s)
@@ -117,7 +121,7 @@ def run(args):
                                                               num_trials=N, method="qr"),
         "rdr_jax threefry": lambda: angles.unbiased_estimate(
             key, sj, k, l, q, side=args.side, num_trials=N,
-            sketch_options={"generator": "threefry"}),
+            sketch=Gaussian(generator="threefry")),
     }
     try:
         cores = len(os.sched_getaffinity(0))
@@ -127,7 +131,7 @@ def run(args):
            "device_kind": jax.devices()[0].device_kind, "python": platform.python_version(),
            "machine": platform.machine(), "cores": cores, "blas": blas_info(),
            "loadavg": os.getloadavg() if hasattr(os, "getloadavg") else None}
-    config = {"trials": N, "r": r, "l": l, "k": k, "q": q, "side": args.side,
+    config = {"trials": N, "r": r, "l": l, "k": k, "power_iters": q, "side": args.side,
               "spectrum": args.spectrum, "repeats": args.repeats, "seed": args.seed,
               "dtype": "float64", "quick": args.quick}
     print(f"unbiased canonical-angle estimator: N={N} trials, r={r}, l={l}, k={k}, q={q}, "
@@ -174,7 +178,8 @@ def parse_args(argv=None):
     p.add_argument("--r", type=int, default=500, help="spectrum length r (default 500)")
     p.add_argument("--l", type=int, default=200, help="sketch size l (default 200)")
     p.add_argument("--k", type=int, default=50, help="target rank k (default 50)")
-    p.add_argument("--q", type=int, default=0, help="power iterations q (default 0)")
+    p.add_argument("--power-iters", "--q", dest="power_iters", type=int, default=0,
+                   help="power iterations (q in the thesis; default 0)")
     p.add_argument("--side", choices=("left", "right"), default="left")
     p.add_argument("--spectrum", choices=("slow", "fast"), default="slow",
                    help="thesis slow (polynomial) or fast (exponential) decay")
@@ -186,8 +191,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.quick:
         args.trials, args.r, args.l, args.k, args.repeats = 20, 200, 80, 20, 3
-    if min(args.trials, args.k, args.repeats) < 1 or args.q < 0:
-        p.error("--trials, --k, --repeats must be >= 1 and --q >= 0")
+    if min(args.trials, args.k, args.repeats) < 1 or args.power_iters < 0:
+        p.error("--trials, --k, --repeats must be >= 1 and --power-iters >= 0")
     if not args.k <= args.l <= args.r - args.k:
         p.error("need k <= l <= r - k")
     return args

@@ -15,13 +15,13 @@ is compiled before timing; times are the median of ``--repeats`` calls, block_un
    ``jax.lax.linalg.qr(pivoting=True)``). Target: LUPP >= 5x faster.
 2. ``id``: rank-k column ID, k in {50, 200}, of a 4000 x 2000 dense matrix with singular
    values ``1/sqrt(i)`` (slow decay), against ``scipy.linalg.interpolative.interp_decomp(A, k)``
-   (randomized, the default). Ours: ``rdr_jax.interpolative(key, A, k)`` with the hash
-   Gaussian generator or a sparse sign sketch, ``interp="sketch"`` (coefficients
-   ``X_1^+ X`` from the l = k + 10 sketch) and ``interp="exact"`` (``W = C^+ A``, one more
-   pass). The speed target passes if some Rand-LUPP variant meets both the speed and the
-   error target. Errors ``||A - C W||_F`` are relative to
-   scipy's. Targets: Rand-LUPP >= 20x faster with error <= 1.15x scipy's; Rand-LUPP-1piter
-   error <= 1.08x scipy's.
+   (randomized, the default). Ours: ``rdr_jax.interpolative(key, A, k)`` with DEFAULT
+   arguments (Rand-LUPP, hash Gaussian sketch, l = k + 10, ``W = C^+ A``), warm and on the
+   first call (compile included), next to the GEMM floor (the sketch ``Gamma A`` and the
+   ``A^H Q`` product alone) and to other settings (sketch coefficients, sparse sign,
+   threefry, one power iteration). Issue 12 targets: warm >= 25x (k = 50) and >= 30x
+   (k = 200) faster with error <= 1.15x scipy's; first call >= 3x at k = 50; within 3x of the
+   GEMM floor. Rand-LUPP-1piter error <= 1.08x scipy's.
 3. ``snn1e6``: rank-200 Rand-LUPP CUR of the factored 10^6 x 10^6 SNN (r = 400) end to end
    (sketch, pivots, U, exact error in factored form), run in a subprocess so that its peak
    RSS is its own. Target: within 60 s; memory must scale with (m + n) l, not m n.
@@ -88,12 +88,30 @@ def slow_decay(m, n, seed=0):
     return (U * s) @ V.T, s
 
 
+#: issue 12 targets for the column ID with DEFAULT arguments: warm speedup over
+#: interp_decomp per k, first-call (compile included) speedup at the first k, error ratio,
+#: and distance to the GEMM floor
+ID_TARGETS = {"speedup": {50: 25.0, 200: 30.0}, "first_call": 3.0, "err": 1.15, "floor": 3.0}
+
+
+def gemm_floor(Aj, k, l, repeats):
+    """The sketch and C^+ A products alone (``Gamma A``: l x m x n, ``A^H Q``: n x m x k),
+    jitted, with their inputs precomputed: what any column ID with exact coefficients must
+    spend."""
+    m, n = Aj.shape
+    G = jax.random.normal(jax.random.key(0), (l, m), Aj.dtype)
+    Q = jnp.linalg.qr(Aj[:, :k])[0]
+    f = jax.jit(lambda A, G, Q: (G @ A, A.T @ Q))
+    t, _ = timed(f, Aj, G, Q, repeats=repeats)
+    return t
+
+
 def bench_id(m, n, ks, repeats):
     import scipy.linalg.interpolative as sli
     A, s = slow_decay(m, n)
     Aj = jnp.asarray(A)
     rows = []
-    for k in ks:
+    for i, k in enumerate(ks):
         opt = float(np.sqrt(np.sum(s[k:] ** 2)))
         ts = []
         for _ in range(max(1, repeats - 1)):
@@ -106,36 +124,49 @@ def bench_id(m, n, ks, repeats):
         row = {"k": k, "m": m, "n": n, "scipy_s": t_sc, "scipy_err_over_opt": e_sc / opt}
         print(f"  column ID k={k}: scipy interp_decomp {t_sc*1e3:8.1f} ms, "
               f"error/optimal {e_sc/opt:.3f}")
-        variants = [("Rand-LUPP", "sketch", "gaussian"), ("Rand-LUPP", "exact", "gaussian"),
-                    ("Rand-LUPP", "exact", "sparse_sign"),
-                    ("Rand-LUPP-1piter", "sketch", "gaussian"),
-                    ("Rand-LUPP-1piter", "exact", "gaussian")]
-        for method, interp, sk in variants:
-            # "gaussian" is Gaussian() with the default "hash" generator
-            def run(key, method=method, interp=interp, sk=sk):
-                return R.interpolative(key, Aj, k, method=method, interp=interp, sketch=sk,
-                                       on_rank_deficient="ignore")
+        # defaults first, in a fresh signature: the first call includes compilation
+        t0 = time.perf_counter()
+        jax.block_until_ready(R.interpolative(jax.random.key(k), Aj, k))
+        t_first = time.perf_counter() - t0
+        floor = gemm_floor(Aj, k, k + 10, repeats)
+        row["gemm_floor_s"] = floor
+        variants = [("defaults", {}),
+                    ("Rand-LUPP/sketch", dict(interp="sketch")),
+                    ("Rand-LUPP/sparse_sign", dict(sketch="sparse_sign")),
+                    ("Rand-LUPP/threefry", dict(sketch=R.Gaussian("threefry"))),
+                    ("Rand-LUPP-1piter", dict(method="Rand-LUPP-1piter"))]
+        for tag, kw in variants:
+            def run(key, kw=kw):
+                return R.interpolative(key, Aj, k, **kw)
             t, d = timed(run, jax.random.key(k), repeats=repeats)
             errs = []
             for seed in range(5):   # error averaged over keys (timing uses one)
                 dd = run(jax.random.key(1000 + seed))
                 errs.append(float(np.linalg.norm(A - np.asarray(dd.C @ dd.W))))
             e = float(np.mean(errs))
-            tag = f"{method}/{interp}/{sk}"
-            speed = t_sc / t
-            ratio = e / e_sc
-            row[tag] = {"time_s": t, "speedup_vs_scipy": speed, "err_vs_scipy": ratio,
-                        "err_over_opt": e / opt}
-            print(f"    {tag:26s} {t*1e3:8.1f} ms  speedup {speed:6.1f}x  "
-                  f"error/scipy {ratio:.3f}  error/optimal {e/opt:.3f}")
-        ok = [t for t in row if t.startswith("Rand-LUPP/") and
-              row[t]["err_vs_scipy"] <= 1.15 and row[t]["speedup_vs_scipy"] >= 20]
-        row["target_speed"] = {"variants_meeting_both": ok, "pass": bool(ok)}
-        p1 = min(row[t]["err_vs_scipy"] for t in row if t.startswith("Rand-LUPP-1piter/"))
+            row[tag] = {"time_s": t, "speedup_vs_scipy": t_sc / t, "err_vs_scipy": e / e_sc,
+                        "err_over_opt": e / opt, "over_gemm_floor": t / floor}
+            print(f"    {tag:24s} {t*1e3:8.1f} ms  speedup {t_sc/t:6.1f}x  "
+                  f"error/scipy {e/e_sc:.3f}  error/optimal {e/opt:.3f}  "
+                  f"time/GEMM floor {t/floor:5.2f}")
+        d = row["defaults"]
+        d["first_call_s"] = t_first
+        d["first_call_speedup"] = t_sc / t_first
+        want = ID_TARGETS["speedup"].get(k, 25.0)
+        checks = {f"warm speedup >= {want:g}x": d["speedup_vs_scipy"] >= want,
+                  f"error <= {ID_TARGETS['err']}x scipy": d["err_vs_scipy"] <= ID_TARGETS["err"],
+                  f"within {ID_TARGETS['floor']:g}x of the GEMM floor":
+                      d["over_gemm_floor"] <= ID_TARGETS["floor"]}
+        if i == 0:
+            checks[f"first call (compile included) >= {ID_TARGETS['first_call']:g}x"] = (
+                d["first_call_speedup"] >= ID_TARGETS["first_call"])
+        row["targets"] = checks
+        print(f"    defaults: GEMM floor {floor*1e3:.1f} ms; first call {t_first*1e3:.0f} ms "
+              f"({t_sc/t_first:.1f}x scipy)")
+        for name, ok in checks.items():
+            print(f"    target {name}: {'PASS' if ok else 'FAIL'}")
+        p1 = row["Rand-LUPP-1piter"]["err_vs_scipy"]
         row["target_1piter"] = {"err_vs_scipy": p1, "pass": p1 <= 1.08}
-        print(f"    target Rand-LUPP >= 20x faster and error <= 1.15x scipy: "
-              f"{'PASS' if row['target_speed']['pass'] else 'FAIL'}; "
-              f"Rand-LUPP-1piter error <= 1.08x scipy: {'PASS' if p1 <= 1.08 else 'FAIL'}")
         rows.append(row)
     return rows
 

@@ -94,7 +94,7 @@ def run_setting(alpha, beta, gamma, k, gaps, trials, key, bar):
                                    dtype=jnp.float64)
         tsvd = angles.exact_svd(A)
         sines = {}
-        for q, l in zip(plan.qs.tolist(), plan.ls.tolist()):
+        for q, l in zip(plan.power_iters_grid.tolist(), plan.l_grid.tolist()):
             bar.set_postfix_str(f"a={alpha} gap={gap} q={q} l={l}")
             tr = []
             for t in range(trials):
@@ -105,11 +105,12 @@ def run_setting(alpha, beta, gamma, k, gaps, trials, key, bar):
             bar.update(1)
         emp = {q: float(np.mean(s)) for q, s in sines.items()}
         q_emp = min(emp, key=emp.get)
-        rho = (float(scipy.stats.spearmanr(plan.phi, [emp[q] for q in plan.qs.tolist()])[0])
-               if len(plan.qs) > 2 else float("nan"))
-        out["gaps"][gap] = {"plan_q": plan.q, "plan_l": plan.l, "qs": plan.qs.tolist(),
-                            "ls": plan.ls.tolist(), "phi": plan.phi.tolist(),
-                            "empirical_mean_sine": [emp[q] for q in plan.qs.tolist()],
+        qs = plan.power_iters_grid.tolist()
+        rho = (float(scipy.stats.spearmanr(plan.phi, [emp[q] for q in qs])[0])
+               if len(qs) > 2 else float("nan"))
+        out["gaps"][gap] = {"plan_q": plan.power_iters, "plan_l": plan.l, "qs": qs,
+                            "ls": plan.l_grid.tolist(), "phi": plan.phi.tolist(),
+                            "empirical_mean_sine": [emp[q] for q in qs],
                             "empirical_best_q": q_emp, "spearman_phi_vs_empirical": rho,
                             "sines": {q: s for q, s in sines.items()}}
     return out
@@ -253,7 +254,7 @@ def run(args, argv=None):
     key = jax.random.key(args.seed)
     t0 = time.perf_counter()
     total = sum(len(angles.plan_budget(args.k, a * args.k, gap=g, r=(1 + b) * args.k,
-                                       gamma=gm).qs)
+                                       gamma=gm).power_iters_grid)
                 for a, b, gm in args.settings for g in args.gaps)
     bar = tqdm(total=total, desc="budget example", unit="(l,q)", file=sys.stderr,
                dynamic_ncols=True)

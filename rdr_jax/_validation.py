@@ -8,6 +8,7 @@ has already entered their own ``jit``/``vmap`` with the matrix as a traced argum
 
 from __future__ import annotations
 
+import functools
 import numbers
 from typing import Any
 
@@ -73,6 +74,22 @@ def check_array_values(name: str, a: Any) -> None:
         if arr.size and not np.all(np.isfinite(arr)):
             bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
             raise ValueError(f"{name} contains {bad} non-finite (NaN or Inf) entries")
+
+
+def _warn_nonfinite(ok, what):
+    import warnings
+    if not np.all(np.asarray(ok)):
+        warnings.warn(f"{what} is not finite: A contains NaN or Inf (jax-array inputs are "
+                      "checked inside the computation, not at the boundary)", RuntimeWarning,
+                      stacklevel=2)
+
+
+def warn_nonfinite(x: Any, what: str) -> None:
+    """Inside a (jitted) computation: emit a RuntimeWarning from the running computation
+    (``jax.debug.callback``) when ``x`` holds NaN or Inf. Costs one reduction over ``x``; no
+    host synchronisation of the caller."""
+    ok = jnp.isfinite(jnp.sum(jnp.abs(x)))
+    jax.debug.callback(functools.partial(_warn_nonfinite, what=what), ok)
 
 
 def check_key(key: Any, name: str = "key") -> jax.Array:

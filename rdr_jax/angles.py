@@ -1,9 +1,10 @@
 """Canonical angles of randomized subspace approximations (thesis Chapter 3, ``ch:svra``).
 
 For ``A = U Sigma V^H`` (rank r, ``sigma_1 >= ... >= sigma_r > 0``) and a rank-l randomized SVD
-``A_l = U_l S_l V_l^H`` with q power iterations (``algo:rsvd_power_iterations``:
-``U_l`` spans ``X = (A A^H)^q A Omega``, ``V_l`` spans ``A^H X = (A^H A)^(q+1) Omega``), this
-module computes, for the leading rank-k subspaces (``k <= l``):
+``A_l = U_l S_l V_l^H`` with ``power_iters`` power iterations (q in the thesis,
+``algo:rsvd_power_iterations``: ``U_l`` spans ``X = (A A^H)^q A Omega``, ``V_l`` spans
+``A^H X = (A^H A)^(q+1) Omega``), this module computes, for the leading rank-k subspaces
+(``k <= l``):
 
 * exact sines of canonical angles -- :func:`canonical_angles`, :func:`true_angles`
   (``def:canonical-angles``);
@@ -16,7 +17,7 @@ module computes, for the leading rank-k subspaces (``k <= l``):
 * Saibaba (2018) Thm 1 with the oracle V -- :func:`saibaba_bound`
   (``eq:saibaba2018_thm1_left/right``), with :func:`rsvd_omega`;
 * the approximate spectrum -- :func:`padded_spectrum` (``subsec:experiment_canonical_angle``);
-* the (l, q) budget planner -- :func:`phi_gamma`, :func:`plan_budget`
+* the (l, power_iters) budget planner -- :func:`phi_gamma`, :func:`plan_budget`
   (``eq:space_agnostic_example_rhs``);
 * everything for one rSVD run (the chapter's experiments) -- :func:`angle_report`, with the
   dense reference SVD :func:`exact_svd`.
@@ -27,17 +28,26 @@ Conventions (all functions):
   (``theta_i`` is the i-th smallest canonical angle, ``def:canonical-angles``).
 * The left side (U) uses the exponent ``2q+1`` on Sigma, the right side (V) ``2q+2``: ``V_l``
   gets the extra half power iteration ``A^H X`` (``remark:compare_left_right``).
-* ``k``, ``l``, ``q``, ``num_trials`` are Python ints (``k``, ``l``, ``num_trials`` set
-  shapes and are static under ``jit``; ``q`` and ``side`` only change an exponent, which is
-  traced); spectra and matrices are traced, so repeated calls with the same shapes do not
-  retrace.
+* ``power_iters`` is the library's one name for the number of power iterations (``q`` in
+  the thesis and in the math below); the key, where there is one, is the first argument.
+* ``k``, ``l``, ``power_iters``, ``num_trials`` are Python ints (``k``, ``l``, ``num_trials``
+  set shapes and are static under ``jit``; ``power_iters`` and ``side`` only change an
+  exponent, which is traced); spectra and matrices are traced, so repeated calls with the same
+  shapes do not retrace.
 * Invalid states are never silent: vacuous prior bounds are NaN, posterior bounds whose gap
-  conditions fail are NaN and flagged ``valid = False``.
+  conditions fail are NaN and flagged ``valid = False``, and an estimate whose powers
+  ``sigma^p`` cannot be represented in the working precision raises ``ValueError`` (concrete
+  spectrum) or is NaN with ``Estimate.valid = False`` (inside ``jit``).
+* Scale: every result depends only on ratios of singular values (and on subspaces), and is
+  computed so: spectra enter through their logarithms (exact for subnormal values too) or
+  through ratios ``<= 1``, bases are rescaled by powers of two (exact) first, and gaps are
+  formed without squaring. Spectra and matrices scaled by anything from 1e-30 to 1e30 give
+  the same results in float32 (and over the whole float64 range).
 
 Example (the thesis' figures in four lines)::
 
     A = matrices.with_spectrum(jax.random.key(0), 500, 500, matrices.polynomial_decay(500))
-    rep = angles.angle_report(jax.random.key(1), A, k=50, l=200, q=1)
+    rep = angles.angle_report(jax.random.key(1), A, k=50, l=200, power_iters=1)
     rep.true.Uk_Ul                      # true sines, (50,)
     rep.sigma.left.prior_upper          # Thm 3.1 upper bound with the true spectrum
     rep.sigma_hat.right.estimate.mean   # Prop 3.2 estimate from the rSVD's own spectrum
@@ -55,11 +65,12 @@ import numpy as np
 from jax.scipy.linalg import solve_triangular
 from jaxtyping import Array, Bool, Float
 
+from rdr_jax import _fp
 from rdr_jax import _validation as V
 from rdr_jax.norms import spectral_norm
 from rdr_jax.operators import HIGHEST, LinearOperator, _pytree, as_operator
 from rdr_jax.randomized_svd import RSVD, rsvd
-from rdr_jax.sketching import SKETCHES, make_sketch
+from rdr_jax.sketching import as_sketch, make_sketch
 
 __all__ = [
     "canonical_angles", "true_angles", "exact_svd", "rsvd_omega",
@@ -98,12 +109,16 @@ class Estimate(NamedTuple):
 
     ``mean``, ``min``, ``max`` are over the trials (the thesis' line and shaded band);
     ``trials`` holds the per-trial sines, shape (num_trials, k), each row ascending.
+    ``valid`` is False when the powers of the spectrum the estimator needs cannot be
+    represented in the working precision (see :func:`unbiased_estimate`); every other field
+    is then NaN.
     """
 
     mean: Float[Array, " k"]
     min: Float[Array, " k"]
     max: Float[Array, " k"]
     trials: Float[Array, "N k"]
+    valid: Bool[Array, ""]
 
 
 class Residuals(NamedTuple):
@@ -181,18 +196,21 @@ class SeparateGapBounds(NamedTuple):
 
 
 class BudgetPlan(NamedTuple):
-    """Result of :func:`plan_budget`: the recommended ``(l, q)`` and the whole table.
+    """Result of :func:`plan_budget`: the recommended ``(l, power_iters)`` and the whole table.
 
-    ``qs``/``ls`` are the admissible configurations, ``phi`` the criterion
-    ``phi_gamma(q)`` for each, ``bounds`` (len(qs), k) the Thm 3.1 upper bounds behind it.
+    ``power_iters_grid``/``l_grid`` are the admissible configurations, ``phi`` the criterion
+    ``phi_gamma(q)`` for each (``q = power_iters``), ``bounds`` (len(power_iters_grid), k) the
+    Thm 3.1 upper bounds behind it, ``log_phi`` = ``log(phi)`` computed in the log domain (the
+    recommendation compares these, so it stays right where ``phi`` underflows to 0).
     """
 
-    q: int
+    power_iters: int
     l: int
-    qs: np.ndarray
-    ls: np.ndarray
+    power_iters_grid: np.ndarray
+    l_grid: np.ndarray
     phi: np.ndarray
     bounds: np.ndarray
+    log_phi: np.ndarray
 
 
 class SideBounds(NamedTuple):
@@ -307,12 +325,9 @@ def _check_matrix(name: str, X: Any) -> jax.Array:
     return X
 
 
-def _sketch_opts(sketch: Any, sketch_options: dict | None) -> tuple:
-    if not isinstance(sketch, str) or sketch not in SKETCHES:
-        raise ValueError(f"sketch must be one of {sorted(SKETCHES)}; got {sketch!r}")
-    if sketch_options is not None and not isinstance(sketch_options, dict):
-        raise TypeError(f"sketch_options must be a dict; got {type(sketch_options).__name__}")
-    return tuple(sorted((sketch_options or {}).items()))
+def _check_sketch(sketch: Any):
+    """The sketch choice object (:func:`rdr_jax.sketching.as_sketch`): a name or a choice."""
+    return as_sketch(sketch)
 
 
 def _svd_parts(name: str, svd: Any):
@@ -379,6 +394,9 @@ def _orth_checked(X):
 
 @jax.jit
 def _canonical_angles_jit(U, Vb):
+    # exact power-of-two rescaling: angles are scale invariant, and subnormal bases (read as
+    # 0 by XLA on CPU) or huge ones are brought to max-abs entry in [1, 2) first
+    U, Vb = _fp.normalize(U)[0], _fp.normalize(Vb)[0]
     Qu, oku = _orth_checked(U)
     Qv, okv = _orth_checked(_after(Qu, Vb))
     sines = _sines_orthonormal(Qu, Qv)
@@ -395,6 +413,10 @@ def canonical_angles(U: Any, V_: Any) -> Float[Array, " p"]:
     number of angles is ``min(p, p')``. Sines are computed from the orthogonal complement
     (with reorthogonalisation), never as ``sqrt(1 - cos^2)``, so angles far below
     ``sqrt(eps)`` keep full absolute accuracy.
+
+    The result does not depend on the scale of either basis: each is rescaled by a power of
+    two (exact) before it is orthonormalised, so bases with entries from 1e-30 to 1e30
+    (float32), or subnormal ones, give the same sines.
 
     Args:
       U: (d, p) basis, float or complex, full column rank.
@@ -448,12 +470,15 @@ def true_angles(true_svd: Any, svd: Any, k: int) -> TrueAngles:
 
     ``sin angle(U_k, U_hat_l)``, ``sin angle(V_k, V_hat_l)``, ``sin angle(U_k, U_hat_k)``,
     ``sin angle(V_k, V_hat_k)`` (``def:canonical-angles``), all ascending; both SVDs must
-    have orthonormal factors (as :func:`exact_svd` and :func:`rdr_jax.rsvd` return).
+    have orthonormal factors (as :func:`exact_svd` and :func:`rdr_jax.rsvd` return). Only
+    the factors are used (the singular values are not, and no power of them is formed), so
+    the scale of A plays no role.
 
     Args:
       true_svd: ``(U, s, Vt)`` of A with at least k columns, e.g. :func:`exact_svd` ``(A)``.
       svd: the computed rank-l ``(U_hat, s_hat, Vt_hat)``, e.g.
-        ``rdr_jax.rsvd(key, A, l, l=l, power_iters=q)`` (note ``k = l`` there: all l triplets).
+        ``rdr_jax.rsvd(key, A, l, l=l, power_iters=power_iters)`` (note ``k = l`` there: all
+        l triplets).
       k: target rank (static), ``1 <= k <= l``.
 
     Example:
@@ -494,33 +519,39 @@ def exact_svd(A: Any, *, rank_tol: float | None = None) -> RSVD:
                 jnp.asarray(Vt[:r], dt))
 
 
-def rsvd_omega(key: Any, A: Any, l: int, *, sketch: str = "gaussian",
-               sketch_options: dict | None = None) -> Float[Array, "n l"]:
+def rsvd_omega(key: Any, A: Any, l: int, *, sketch: Any = "gaussian") -> Float[Array, "n l"]:
     """The test matrix ``Omega`` (n x l) that ``rdr_jax.rsvd(key, A, ..., l=l)`` sketches with.
 
     :func:`rdr_jax.rsvd` forms ``X = A Omega`` with ``Omega = Gamma^H`` for the sketch
-    ``Gamma = make_sketch(sketch, key, l, n)``; this returns that ``Omega`` (needed by the
-    oracle bound :func:`saibaba_bound`). ``tests/test_angles.py`` checks that
-    ``range(A Omega) = range(rsvd(...).U)`` for q = 0.
+    ``Gamma = make_sketch(key, sketch, l, n)``; this returns that ``Omega`` (needed by the
+    oracle bound :func:`saibaba_bound`). ``sketch``: a name (``"gaussian"``, ``"srtt"``,
+    ``"sparse_sign"``) or a choice object (``rdr_jax.sketching.SparseSign(zeta=4)``), as for
+    :func:`rdr_jax.rsvd`. ``tests/test_angles.py`` checks that
+    ``range(A Omega) = range(rsvd(...).U)`` for ``power_iters = 0``.
     """
     key = V.check_key(key)
     op = as_operator(A)
     n = op.shape[1]
     l = V.check_int("l", l, low=1, high=n, high_desc="the number of columns of A")
-    opts = _sketch_opts(sketch, sketch_options)
-    S = make_sketch(sketch, key, l, n, dtype=op.dtype, **dict(opts))
+    S = make_sketch(key, _check_sketch(sketch), l, n, dtype=op.dtype)
     return S.adjoint_dense(op.dtype)
 
 
 # ======================================================================================
 # 2. Prior space-agnostic bounds (Thm 3.1)
 # ======================================================================================
-def _sa_bound(xp, s, k: int, l: int, power, eps, lower: bool):
-    """Thm 3.1 bound, array namespace ``xp`` (numpy or jax.numpy), log-domain stable.
+def _log(xp, s):
+    """``log s``; under jax exact for subnormal s too (XLA on CPU reads those as 0)."""
+    return xp.log(s) if xp is np else _fp.log_abs(s)
+
+
+def _sa_log_bound(xp, s, k: int, l: int, power, eps, lower: bool):
+    """``(log bound, vacuous)`` of Thm 3.1, array namespace ``xp`` (numpy or jax.numpy).
 
     ``(1 + c l sigma_i^p / sum_{j>k} sigma_j^p)^(-1/2) = exp(-softplus(x)/2)`` with
-    ``x = log c + log l + p log sigma_i - logsumexp_j(p log sigma_j)``: no overflow for any
-    exponent (e.g. p = 42 for q = 10). ``power`` and ``eps`` may be traced; NaN where vacuous.
+    ``x = log c + log l + p log sigma_i - logsumexp_j(p log sigma_j)``: no overflow or
+    underflow for any exponent or scale (e.g. p = 42 for q = 10); only ratios of singular
+    values enter. ``power`` and ``eps`` may be traced.
     """
     r = s.shape[0]
     eps1 = eps * math.sqrt(k / l)
@@ -531,13 +562,18 @@ def _sa_bound(xp, s, k: int, l: int, power, eps, lower: bool):
     else:      # factor (1 - eps1)/(1 + eps2): vacuous when eps1 >= 1
         vacuous = eps1 >= 1
         c = xp.where(vacuous, 1.0, 1 - eps1) / (1 + eps2)
-    logs = xp.log(s)
+    logs = _log(xp, s)
     tail = power * logs[k:]
     tmax = xp.max(tail)
     log_tail = tmax + xp.log(xp.sum(xp.exp(tail - tmax)))
     x = xp.log(c) + math.log(l) + power * logs[:k] - log_tail
-    b = xp.exp(-0.5 * xp.logaddexp(xp.zeros((), s.dtype), x))
-    return xp.where(vacuous, xp.nan, b).astype(s.dtype)
+    return -0.5 * xp.logaddexp(xp.zeros((), s.dtype), x), vacuous
+
+
+def _sa_bound(xp, s, k: int, l: int, power, eps, lower: bool):
+    """Thm 3.1 bound (see :func:`_sa_log_bound`); NaN where vacuous."""
+    log_b, vacuous = _sa_log_bound(xp, s, k, l, power, eps, lower)
+    return xp.where(vacuous, xp.nan, xp.exp(log_b)).astype(s.dtype)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "l", "lower"))
@@ -545,12 +581,13 @@ def _sa_bound_jit(s, power, eps, k, l, lower):
     return _sa_bound(jnp, s, k, l, power.astype(s.dtype), eps.astype(s.dtype), lower)
 
 
-def space_agnostic_bound(s: Any, k: int, l: int, q: int, *, side: str = "left",
+def space_agnostic_bound(s: Any, k: int, l: int, power_iters: int, *, side: str = "left",
                          eps: float = 1.0, lower: bool = False) -> Float[Array, " k"]:
     """Prior space-agnostic bound on ``sin angle_i(U_k, U_hat_l)`` or ``(V_k, V_hat_l)``.
 
     Thm ``thm:space_agnostic_bounds`` (Eqs. ``eq:space_agnostic_left/right``): for a rank-l
-    rSVD with a Gaussian embedding and q power iterations, with high probability, for i <= k,
+    rSVD with a Gaussian embedding and ``power_iters`` (q in the thesis) power iterations,
+    with high probability, for i <= k,
 
         sin angle_i <= (1 + (1 - eps1)/(1 + eps2) * l sigma_i^p / sum_{j=k+1}^r sigma_j^p)^(-1/2)
 
@@ -564,12 +601,17 @@ def space_agnostic_bound(s: Any, k: int, l: int, q: int, *, side: str = "left",
     **Vacuous bounds are NaN**, never clamped: the upper bound when ``eps1 >= 1`` (its factor
     ``1 - eps1 <= 0``), the lower bound when ``eps2 >= 1``.
 
+    **Scale and precision.** Evaluated in the log domain from ``log sigma_j`` (exact for
+    subnormal values too), so no power ``sigma^p`` is ever formed: the result depends only on
+    ratios of singular values, for any scale of s and any q, and never overflows. A bound
+    below the dtype's smallest normal number (about 1e-38 in float32) is returned as 0.
+
     Args:
       s: spectrum ``sigma_1 >= ... >= sigma_r > 0`` (true, or :func:`padded_spectrum` of an
         rSVD's values), length r.
       k: target rank (static), ``1 <= k < l``.
       l: sketch size (static), ``l < r``.
-      q: number of power iterations (Python int), ``q >= 0``.
+      power_iters: number of power iterations q (Python int), ``power_iters >= 0``.
       side: ``"left"`` (``U_k`` vs ``U_hat_l``) or ``"right"`` (``V_k`` vs ``V_hat_l``).
       eps: distortion constant (float > 0; traced, so changing it does not recompile).
       lower: return the lower bound instead of the upper bound.
@@ -578,8 +620,8 @@ def space_agnostic_bound(s: Any, k: int, l: int, q: int, *, side: str = "left",
       (k,) bounds for i = 1..k, ascending like the sines (non-decreasing in i).
 
     Raises:
-      ValueError: s not 1-D/finite/positive/non-increasing, ``k >= l``, ``l >= r``, ``q < 0``,
-        bad side or eps. TypeError: non-int k, l, q.
+      ValueError: s not 1-D/finite/positive/non-increasing, ``k >= l``, ``l >= r``,
+        ``power_iters < 0``, bad side or eps. TypeError: non-int k, l, power_iters.
 
     Example:
       >>> s = matrices.polynomial_decay(500)
@@ -595,7 +637,7 @@ def space_agnostic_bound(s: Any, k: int, l: int, q: int, *, side: str = "left",
         raise ValueError(f"the bound needs k < l (oversampling); got k = {k}, l = {l}")
     if not l < r:
         raise ValueError(f"the bound needs l < r = len(s) = {r}; got l = {l}")
-    q = V.check_int("q", q, low=0)
+    q = V.check_int("power_iters", power_iters, low=0)
     eps = _check_positive_float("eps", eps)
     power = 4 * q + (2 if side == "left" else 4)
     return _sa_bound_jit(s, jnp.asarray(power, s.dtype), jnp.asarray(eps, s.dtype), k, l,
@@ -627,27 +669,48 @@ def padded_spectrum(s_hat: Any, r: int) -> Float[Array, " r"]:
 _CHOL_TOL = 1e-8
 
 
-@functools.partial(jax.jit, static_argnames=("k", "l", "num_trials", "sketch", "sketch_options",
-                                             "method"))
-def _estimate_jit(key, s, power, k, l, num_trials, sketch, sketch_options, method):
+def _weight_log_floor(dtype) -> float:
+    """``log(tiny / eps)`` of ``dtype``: weights ``sigma^p`` (relative to the largest of their
+    group) below this flush to 0 on CPU or lose the precision the estimator needs."""
+    fi = np.finfo(dtype)
+    return float(np.log(fi.tiny) - np.log(fi.eps))
+
+
+def _weight_spans(xp, logs, power, k: int, l: int):
+    """``log (sigma_1/sigma_k)^p`` (head) and ``log (sigma_{k+1}/sigma_{k+l})^p`` (tail): the
+    dynamic ranges the estimator's two weight groups must represent."""
+    return power * (logs[0] - logs[k - 1]), power * (logs[k] - logs[k + l - 1])
+
+
+@functools.partial(jax.jit, static_argnames=("k", "l", "num_trials", "sketch", "method"))
+def _estimate_jit(key, s, power, k, l, num_trials, sketch, method):
     r = s.shape[0]
     dt = s.dtype
-    # scale invariance: W1 W2^+ is unchanged by a common factor, so normalise by sigma_{k+1}
-    # (tail weights <= 1, head weights >= 1) before raising to the power.
-    d = jnp.exp(power * (jnp.log(s) - jnp.log(s[k])))
-    opts = dict(sketch_options)
+    # Scale invariance, exactly: W1 = Sigma_k^p Omega_1 and W2 = Sigma_{r\k}^p Omega_2 are
+    # normalised separately, the head by sigma_1 and the tail by sigma_{k+1}, so every weight
+    # is <= 1 (nothing overflows for any q); the gap (sigma_1/sigma_{k+1})^p multiplies nu in
+    # the log domain. Logs are exact for subnormal sigma too.
+    logs = _fp.log_abs(s)
+    d = jnp.concatenate([jnp.exp(power * (logs[:k] - logs[0])),
+                         jnp.exp(power * (logs[k:] - logs[k]))])
+    log_gap = power * (logs[0] - logs[k])
+    head, tail = _weight_spans(jnp, logs, power, k, l)
+    floor = _weight_log_floor(dt)
+    valid = (-head >= floor) & (-tail >= floor)
 
     def draw(kk):
         # Gamma (l x r) = Omega^T; drawn in float32 (Monte-Carlo inputs need no more than 24
         # bits), the linear algebra runs in the spectrum's dtype.
-        G = make_sketch(sketch, kk, l, r, dtype=jnp.float32, **opts).todense()
-        return G.astype(dt) * d[None, :]                      # [W1^T, W2^T]
+        G = make_sketch(kk, sketch, l, r, dtype=jnp.float32).todense()
+        return G.astype(dt) * d[None, :]                      # [W1^T, W2^T] (normalised)
 
     def finish(Wt, L):
         # L lower triangular with L L^T = W2^T W2: nu = sv(W1 W2^+) = sv(W1 L^-T)
         Mt = solve_triangular(L, Wt[:, :k], lower=True)      # L^-1 W1^T  (l x k)
         nu = jnp.linalg.svd(Mt, compute_uv=False)              # descending
-        return 1.0 / jnp.hypot(jnp.ones((), dt), nu)           # ascending sines
+        # sin = (1 + nu^2)^(-1/2), nu = nu' (sigma_1/sigma_{k+1})^p, in the log domain
+        log_nu = jnp.log(nu) + log_gap
+        return jnp.exp(-0.5 * jnp.logaddexp(jnp.zeros((), dt), 2 * log_nu))  # ascending
 
     def qr_trial(kk, dep=None):
         Wt = draw(kk) if dep is None else _after(dep, draw(kk))
@@ -675,19 +738,40 @@ def _estimate_jit(key, s, power, k, l, num_trials, sketch, sketch_options, metho
             trials = jax.lax.cond(jnp.any(bad),
                                   lambda: jax.vmap(qr_trial)(keys, fast),
                                   lambda: fast)
+    trials = jnp.where(valid, trials, jnp.nan)
     return Estimate(jnp.mean(trials, axis=0), jnp.min(trials, axis=0),
-                    jnp.max(trials, axis=0), trials)
+                    jnp.max(trials, axis=0), trials, valid)
 
 
-def unbiased_estimate(key: Any, s: Any, k: int, l: int, q: int, *, side: str = "left",
-                      num_trials: int = 3, sketch: str = "gaussian",
-                      sketch_options: dict | None = None, method: str = "auto") -> Estimate:
+def _check_estimate_range(s, power: int, k: int, l: int, side: str) -> None:
+    """Raise ValueError when a concrete spectrum's powers cannot be represented (see
+    :func:`unbiased_estimate`); traced spectra are flagged inside the jit instead."""
+    if not V.is_concrete(s):
+        return
+    logs = np.log(np.asarray(s, np.float64))
+    head, tail = _weight_spans(np, logs, float(power), k, l)
+    floor = _weight_log_floor(s.dtype)
+    for span, what in ((head, f"(sigma_1/sigma_k)^p, k = {k}"),
+                       (tail, f"(sigma_(k+1)/sigma_(k+l))^p, k + l = {k + l}")):
+        if -span < floor:
+            raise ValueError(
+                f"unbiased_estimate cannot represent the spectrum's powers in {s.dtype}: "
+                f"{what}, p = {power} ({side} side) is 10^{span / math.log(10):.0f}, beyond "
+                f"the dtype's usable range eps/tiny = 10^{-floor / math.log(10):.0f}, so the "
+                f"smallest weights would flush to 0 and the estimate would degenerate; use "
+                f"float64 (jax.enable_x64) or fewer power_iters")
+
+
+def unbiased_estimate(key: Any, s: Any, k: int, l: int, power_iters: int, *,
+                      side: str = "left", num_trials: int = 3, sketch: Any = "gaussian",
+                      method: str = "auto") -> Estimate:
     """Unbiased Monte-Carlo estimate of ``E[sin angle_i(U_k, U_hat_l)]`` (or V), i <= k.
 
     Prop. ``prop:space_agnostic_estimation`` / Algorithm
     ``algo:unbiased_canonical_angle_estimators``: for a Gaussian embedding, ``V^H Omega`` is
-    again Gaussian, so the sines of a rank-l rSVD with q power iterations have exactly the
-    distribution of (one trial, ``Omega ~ N(0, 1/l)^{r x l}``)
+    again Gaussian, so the sines of a rank-l rSVD with ``power_iters`` (q in the thesis)
+    power iterations have exactly the distribution of (one trial,
+    ``Omega ~ N(0, 1/l)^{r x l}``)
 
         W1 = Sigma_k^p Omega(1:k, :),  W2 = Sigma_{r\\k}^p Omega(k+1:r, :),
         nu = sv(W1 W2^+) (descending),  sin theta_i = 1 / sqrt(1 + nu_i^2)  (ascending),
@@ -703,9 +787,18 @@ def unbiased_estimate(key: Any, s: Any, k: int, l: int, q: int, *, side: str = "
     and every trial passes the check ``eps sqrt(l) (max_i L_ii / min_i L_ii)^2 <= 1e-8``,
     and otherwise recomputes all trials with QR (so the result is always QR-accurate).
     Samples are drawn in float32 and promoted (a Monte-Carlo input needs no more than 24
-    bits); the spectrum is normalised by ``sigma_{k+1}`` before the power is taken. If
-    ``(sigma_1/sigma_{k+1})^p`` overflows the dtype (float32 with large q) the result is
-    NaN/0: use float64.
+    bits).
+
+    **Scale and precision.** The sines depend only on ratios of singular values, and are
+    computed so: W1 is normalised by ``sigma_1^p`` and W2 by ``sigma_{k+1}^p`` (all weights
+    ``<= 1``: nothing overflows for any q or scale of s), and the gap
+    ``(sigma_1/sigma_{k+1})^p`` enters through logarithms. What must still be representable
+    are the two dynamic ranges ``(sigma_1/sigma_k)^p`` and ``(sigma_{k+1}/sigma_{k+l})^p``:
+    each must stay below ``eps/tiny`` of the dtype (about 1e31 in float32, 1e292 in float64),
+    otherwise the smallest weights flush to 0 and the estimator degenerates (sines of 1).
+    A concrete spectrum that violates this raises ``ValueError``; inside ``jit``/``vmap``
+    (traced s) the result is NaN with ``Estimate.valid = False``. Sines below the dtype's
+    smallest normal number are returned as 0.
 
     Args:
       key: ``jax.random.key``.
@@ -714,24 +807,25 @@ def unbiased_estimate(key: Any, s: Any, k: int, l: int, q: int, *, side: str = "
       l: sketch size (static), ``k <= l <= r - k`` (the thesis allows any ``l >= k``;
         ``l <= r - k`` keeps ``W2`` of full column rank, as the algorithm's ``Sigma_W2^-1``
         requires).
-      q: power iterations (Python int), ``q >= 0``.
+      power_iters: power iterations q (Python int), ``power_iters >= 0``.
       side: ``"left"`` or ``"right"``.
       num_trials: N (static), ``N >= 1``; the thesis uses N = 3.
       sketch: ``"gaussian"`` (the thesis; the estimate is then unbiased for every A with this
         spectrum) or ``"srtt"``/``"sparse_sign"``: Omega drawn from that family, i.e. the
         exact distribution for A whose right singular vectors are the coordinate axes
-        (a model, not an unbiased estimate for general A).
-      sketch_options: options for the sketch; default ``{"generator": "hash"}`` for Gaussian
-        (:func:`rdr_jax.sketching.hash_normal`, 2-3x cheaper than threefry on CPU); pass
-        ``{"generator": "threefry"}`` for ``jax.random.normal``.
+        (a model, not an unbiased estimate for general A); or a choice object
+        (``rdr_jax.sketching.SparseSign(zeta=4)``). The Gaussian default draws with
+        :func:`rdr_jax.sketching.hash_normal` (2-3x cheaper than threefry on CPU); pass
+        ``Gaussian(generator="threefry")`` for ``jax.random.normal``.
       method: ``"auto"``, ``"qr"`` or ``"cholesky"`` (static).
 
     Returns:
-      :class:`Estimate` ``(mean, min, max, trials)``.
+      :class:`Estimate` ``(mean, min, max, trials, valid)``.
 
     Raises:
-      ValueError: bad spectrum, ``l < k``, ``l > r - k``, ``q < 0``, ``num_trials < 1``, bad
-        side/sketch/method.
+      ValueError: bad spectrum, ``l < k``, ``l > r - k``, ``power_iters < 0``,
+        ``num_trials < 1``, bad side/sketch/method, or a spectrum whose powers cannot be
+        represented in its dtype (see above).
 
     Example:
       >>> est = unbiased_estimate(jax.random.key(0), matrices.polynomial_decay(500), 50, 200,
@@ -749,17 +843,16 @@ def unbiased_estimate(key: Any, s: Any, k: int, l: int, q: int, *, side: str = "
                          f"k <= l <= r - k is possible")
     l = V.check_int("l", l, low=k, high=r - k,
                     high_desc=f"r - k = {r} - {k}, so that W2 has full column rank")
-    q = V.check_int("q", q, low=0)
+    q = V.check_int("power_iters", power_iters, low=0)
     num_trials = V.check_int("num_trials", num_trials, low=1)
     if method not in ("auto", "qr", "cholesky"):
         raise ValueError(f"method must be 'auto', 'qr' or 'cholesky'; got {method!r}")
-    if sketch_options is None and sketch == "gaussian":
-        sketch_options = {"generator": "hash"}
-    opts = _sketch_opts(sketch, sketch_options)
+    sk = _check_sketch(sketch)
     if method == "auto" and not (s.dtype == jnp.float64 and 2 * l <= r - k):
         method = "qr"
-    power = jnp.asarray(2 * q + (1 if side == "left" else 2), s.dtype)
-    return _estimate_jit(key, s, power, k, l, num_trials, sketch, opts, method)
+    p = 2 * q + (1 if side == "left" else 2)
+    _check_estimate_range(s, p, k, l, side)
+    return _estimate_jit(key, s, jnp.asarray(p, s.dtype), k, l, num_trials, sk, method)
 
 
 # ======================================================================================
@@ -810,7 +903,9 @@ def _residuals_jit(op, U, s_hat, Vt, key, k, exact, norm_iters):
     F = AV - _mm(U, _mm(U.conj().T, AV))                      # (I - U U^H) A V_l = [E31, E32]
     # the SVDs below are independent; _after chains them (see _after)
     svF = jnp.linalg.svd(F, compute_uv=False)
-    E3_2, E3_F = svF[0], jnp.sqrt(jnp.sum(svF ** 2))
+    E3_2 = svF[0]
+    # ||F||_F = sigma_1 ||sv / sigma_1||_2: no overflow/underflow of the squares at any scale
+    E3_F = E3_2 * jnp.sqrt(jnp.sum((svF / jnp.where(E3_2 > 0, E3_2, 1)) ** 2))
     l = Vh.shape[1]
     E32_2 = (jnp.linalg.svd(_after(svF, F[:, k:]), compute_uv=False)[0] if l > k
              else jnp.zeros((), rdt))
@@ -948,10 +1043,10 @@ def _gap_bounds_jit(res, s):
     e33, e32, X2, XF = res.E33_2, res.E32_2, res.E3_2, res.E3_F
     valid_Gamma = sk > e33
     valid_gamma = sk > sh
-    gnum = sk ** 2 - sh ** 2
-    gamma1, gamma2 = gnum / sk, gnum / sh
-    Gnum = sk ** 2 - e33 ** 2
-    Gamma1, Gamma2 = Gnum / sk, Gnum / e33
+    # (sk^2 - x^2)/sk = (sk - x)(1 + x/sk) and (sk^2 - x^2)/x = (sk - x)(sk/x + 1): no squares,
+    # so no overflow/underflow at any scale of A (and no cancellation of squares)
+    gamma1, gamma2 = (sk - sh) * (1 + sh / sk), (sk - sh) * (sk / sh + 1)
+    Gamma1, Gamma2 = (sk - e33) * (1 + e33 / sk), (sk - e33) * (sk / e33 + 1)
     # i-th smallest sine <-> i-th largest singular value in the proof: factor sigma_k / sigma_i
     ratio = sk / s[:k]
     nan = jnp.asarray(jnp.nan, s.dtype)
@@ -962,11 +1057,12 @@ def _gap_bounds_jit(res, s):
     both = valid_Gamma & valid_gamma
     Uk_Ul = gb(ratio * X2 / Gamma1, X2 / Gamma1, XF / Gamma1, valid_Gamma)
     Vk_Vl = gb(ratio * X2 / Gamma2, X2 / Gamma2, XF / Gamma2, valid_Gamma)
-    fU = jnp.sqrt(1 + (e32 / gamma2) ** 2)
-    Uk_Uk = gb(X2 / Gamma1 * jnp.sqrt(1 + (ratio * e32 / gamma2) ** 2), X2 / Gamma1 * fU,
+    one = jnp.ones((), s.dtype)
+    fU = jnp.hypot(one, e32 / gamma2)
+    Uk_Uk = gb(X2 / Gamma1 * jnp.hypot(one, ratio * e32 / gamma2), X2 / Gamma1 * fU,
                XF / Gamma1 * fU, both)
-    fV = jnp.sqrt((e32 / gamma1) ** 2 + (e33 / sk) ** 2)
-    Vk_Vk = gb(X2 / Gamma1 * jnp.sqrt((ratio * e32 / gamma1) ** 2 + (e33 / sk) ** 2),
+    fV = jnp.hypot(e32 / gamma1, e33 / sk)
+    Vk_Vk = gb(X2 / Gamma1 * jnp.hypot(ratio * e32 / gamma1, e33 / sk),
                X2 / Gamma1 * fV, XF / Gamma1 * fV, both)
     return SeparateGapBounds(Uk_Ul, Vk_Vl, Uk_Uk, Vk_Vk, gamma1, gamma2, Gamma1, Gamma2,
                              valid_Gamma, valid_gamma, both)
@@ -1004,7 +1100,9 @@ def gap_bounds(res: Residuals, s: Any) -> SeparateGapBounds:
     norm bound, which is not implied by the proof.)
 
     Forms whose conditions fail are NaN and the flags say which condition failed; a valid
-    bound above 1 is returned as is (trivially true), never clamped.
+    bound above 1 is returned as is (trivially true), never clamped. The gaps are formed as
+    ``(sigma_k - x)(1 + x/sigma_k)`` etc., never from squares, so the bounds are the same
+    for A and ``c A`` at any scale c.
 
     Args:
       res: :func:`posterior_residuals` output (needs ``l > k``: ``s_hat_{k+1}``).
@@ -1024,15 +1122,18 @@ def gap_bounds(res: Residuals, s: Any) -> SeparateGapBounds:
 # ======================================================================================
 @functools.partial(jax.jit, static_argnames=("k",))
 def _saibaba_jit(s, Vr, Omega, power, k):
+    # rho is invariant to scaling V or Omega: rescale both by powers of two (exact) first
+    Vr, Omega = _fp.normalize(Vr)[0], _fp.normalize(Omega)[0]
     X = _mm(Vr.conj().T, Omega)                       # V^H Omega (r x l)
     O1, O2 = X[:k], X[k:]
     P, S, Zh = jnp.linalg.svd(O1, full_matrices=False)  # O1^+ = Z diag(1/S) P^H
     rho = jnp.linalg.svd(_mm(O2, Zh.conj().T) / S[None, :], compute_uv=False)[0]
-    x = power * (jnp.log(s[:k]) - jnp.log(s[k])) - 2 * jnp.log(rho).astype(s.dtype)
+    logs = _fp.log_abs(s)
+    x = power * (logs[:k] - logs[k]) - 2 * jnp.log(rho).astype(s.dtype)
     return jnp.exp(-0.5 * jnp.logaddexp(jnp.zeros((), s.dtype), x))
 
 
-def saibaba_bound(s: Any, k: int, q: int, V_: Any, Omega: Any, *,
+def saibaba_bound(s: Any, k: int, power_iters: int, V_: Any, Omega: Any, *,
                   side: str = "left") -> Float[Array, " k"]:
     """Saibaba (2018) Thm 1 with the oracle right singular vectors.
 
@@ -1044,14 +1145,17 @@ def saibaba_bound(s: Any, k: int, q: int, V_: Any, Omega: Any, *,
         sin angle_i(U_k, U_hat_l)
             <= (1 + sigma_i^{4q+2} / (sigma_{k+1}^{4q+2} ||Omega_2 Omega_1^+||_2^2))^(-1/2)
 
-    (``eq:saibaba2018_thm1_left``; right side ``4q+4``, ``eq:saibaba2018_thm1_right``). Uses
-    ``sigma_{k+1}`` as in the paper (the authors' experiment code used ``sigma_{k+2}`` by an
-    off-by-one). Evaluated in the log domain (no overflow for large q).
+    (``eq:saibaba2018_thm1_left``; right side ``4q+4``, ``eq:saibaba2018_thm1_right``;
+    ``q = power_iters``). Uses ``sigma_{k+1}`` as in the paper (the authors' experiment code
+    used ``sigma_{k+2}`` by an off-by-one). Evaluated in the log domain from
+    ``log sigma_i - log sigma_{k+1}`` (exact for subnormal values too) with V and Omega rescaled
+    by powers of two first, so it depends only on ratios and never overflows for any q or
+    scale; a bound below the dtype's smallest normal number is returned as 0.
 
     Args:
       s: spectrum (length r, true or padded approximate).
       k: target rank (static), ``1 <= k < r``.
-      q: power iterations (Python int), ``q >= 0``.
+      power_iters: power iterations q (Python int), ``power_iters >= 0``.
       V_: (n, r) true right singular vectors (all r of them, matching ``s``).
       Omega: (n, l) test matrix, ``l >= k`` (``Omega_1`` must have full row rank).
       side: ``"left"`` or ``"right"``.
@@ -1060,7 +1164,7 @@ def saibaba_bound(s: Any, k: int, q: int, V_: Any, Omega: Any, *,
     s = _check_spectrum(s)
     r = s.shape[0]
     k = V.check_int("k", k, low=1, high=r - 1, high_desc=f"r - 1, r = len(s) = {r}")
-    q = V.check_int("q", q, low=0)
+    q = V.check_int("power_iters", power_iters, low=0)
     V_ = _check_matrix("V", V_)
     Omega = _check_matrix("Omega", Omega)
     if V_.shape[1] != r:
@@ -1104,8 +1208,11 @@ def _planner_spectrum(k: int, spectrum: Any, gap: Any, r: Any) -> np.ndarray:
 
 
 def _plan_table(k, num_matvecs, s, gamma, side, reduce):
+    """``(qs, ls, phis, bounds, log_phis)`` over the admissible configurations; ``log_phis``
+    is computed in the log domain (``log mean exp`` / ``max`` of the log bounds), so the
+    comparison stays exact where the bounds underflow float64 (large gaps or q)."""
     r = s.shape[0]
-    qs, ls, phis, bounds = [], [], [], []
+    qs, ls, phis, bounds, log_phis = [], [], [], [], []
     q = 0
     while True:
         l = num_matvecs // (2 * q + 1)
@@ -1113,14 +1220,22 @@ def _plan_table(k, num_matvecs, s, gamma, side, reduce):
             break
         if l >= gamma ** 2 * k and l < r:
             power = 4 * q + (2 if side == "left" else 4)
-            b = _sa_bound(np, s, k, l, float(power), gamma, False)
+            log_b, vacuous = _sa_log_bound(np, s, k, l, float(power), gamma, False)
+            if vacuous:
+                log_phi = math.nan
+            elif reduce == "mean":
+                m = float(np.max(log_b))
+                log_phi = m + math.log(float(np.mean(np.exp(log_b - m))))
+            else:
+                log_phi = float(np.max(log_b))
             qs.append(q)
             ls.append(l)
-            bounds.append(b)
-            phis.append(float(np.mean(b) if reduce == "mean" else np.max(b)))
+            bounds.append(np.full(k, np.nan) if vacuous else np.exp(log_b))
+            log_phis.append(log_phi)
+            phis.append(math.exp(log_phi))
         q += 1
     return (np.array(qs, int), np.array(ls, int), np.array(phis),
-            np.array(bounds).reshape(len(qs), k))
+            np.array(bounds).reshape(len(qs), k), np.array(log_phis))
 
 
 def _check_planner_args(k, num_matvecs, gamma, side, reduce):
@@ -1133,10 +1248,11 @@ def _check_planner_args(k, num_matvecs, gamma, side, reduce):
     return k, num_matvecs, gamma
 
 
-def phi_gamma(q: int, k: int, num_matvecs: int, *, spectrum: Any = None, gap: Any = None,
-              r: int | None = None, gamma: float = 1.0, side: str = "left",
+def phi_gamma(power_iters: int, k: int, num_matvecs: int, *, spectrum: Any = None,
+              gap: Any = None, r: int | None = None, gamma: float = 1.0, side: str = "left",
               reduce: str = "mean") -> float:
-    """The budget criterion ``phi_gamma(q)`` (Eq. ``eq:space_agnostic_example_rhs``).
+    """The budget criterion ``phi_gamma(q)`` (Eq. ``eq:space_agnostic_example_rhs``),
+    ``q = power_iters``.
 
     The Thm 3.1 upper bound for ``l = floor(N / (2q + 1))`` (a budget of
     ``N = num_matvecs = alpha k`` products with A) with ``eps1 = gamma sqrt(k/l)``,
@@ -1146,12 +1262,14 @@ def phi_gamma(q: int, k: int, num_matvecs: int, *, spectrum: Any = None, gap: An
 
     (the same for every i <= k); for a general ``spectrum`` the k bounds are reduced by
     ``reduce`` (``"mean"`` or ``"max"``). Returns NaN for inadmissible q (see
-    :func:`plan_budget`). Host-side numpy, float64.
+    :func:`plan_budget`). Host-side numpy, float64, evaluated in the log domain (any gap and
+    q); a criterion below float64's smallest normal number (~1e-308, e.g. gap 1e10 with
+    q = 10) is returned as 0.0 -- :func:`plan_budget` compares ``log phi`` and is not affected.
     """
     k, num_matvecs, gamma = _check_planner_args(k, num_matvecs, gamma, side, reduce)
-    q = V.check_int("q", q, low=0)
+    q = V.check_int("power_iters", power_iters, low=0)
     s = _planner_spectrum(k, spectrum, gap, r)
-    qs, _, phis, _ = _plan_table(k, num_matvecs, s, gamma, side, reduce)
+    qs, _, phis, _, _ = _plan_table(k, num_matvecs, s, gamma, side, reduce)
     hit = np.nonzero(qs == q)[0]
     return float(phis[hit[0]]) if hit.size else float("nan")
 
@@ -1159,12 +1277,13 @@ def phi_gamma(q: int, k: int, num_matvecs: int, *, spectrum: Any = None, gap: An
 def plan_budget(k: int, num_matvecs: int, *, spectrum: Any = None, gap: Any = None,
                 r: int | None = None, gamma: float = 1.0, side: str = "left",
                 reduce: str = "mean") -> BudgetPlan:
-    """Recommend ``(l, q)`` for a budget of ``N`` matrix-vector products (thesis Example in
-    ``subsec:balance_oversampling_power_iterations_example``).
+    """Recommend ``(l, power_iters)`` for a budget of ``N`` matrix-vector products (thesis
+    Example in ``subsec:balance_oversampling_power_iterations_example``; ``q = power_iters``).
 
     Admissible configurations: ``l = floor(N / (2q + 1))`` with ``(2q + 1) <= N/(gamma^2 k)``,
     ``l >= gamma^2 k`` and ``k < l < r`` (Table ``tab:space_agnostic_example_parameter_summary``);
-    the recommendation minimises :func:`phi_gamma` (smallest q on ties). With a small gap
+    the recommendation minimises :func:`phi_gamma` in the log domain (``BudgetPlan.log_phi``,
+    so it is right even where ``phi`` underflows to 0; smallest q on ties). With a small gap
     (e.g. 1.01) oversampling wins (q = 0); with a large gap (e.g. 1.5) power iterations win
     (the largest admissible q).
 
@@ -1178,39 +1297,40 @@ def plan_budget(k: int, num_matvecs: int, *, spectrum: Any = None, gap: Any = No
       reduce: how the k bounds of a general spectrum are summarised.
 
     Returns:
-      :class:`BudgetPlan` ``(q, l, qs, ls, phi, bounds)``.
+      :class:`BudgetPlan` ``(power_iters, l, power_iters_grid, l_grid, phi, bounds,
+      log_phi)``.
 
     Raises:
       ValueError: no admissible configuration (``N < gamma^2 k`` or ``l >= r`` for every q),
         bad spectrum/gap.
 
     Example:
-      >>> plan_budget(10, 16 * 10, gap=1.5, r=330, gamma=1.05).q
+      >>> plan_budget(10, 16 * 10, gap=1.5, r=330, gamma=1.05).power_iters
       6
     """
     k, num_matvecs, gamma = _check_planner_args(k, num_matvecs, gamma, side, reduce)
     s = _planner_spectrum(k, spectrum, gap, r)
-    qs, ls, phis, bounds = _plan_table(k, num_matvecs, s, gamma, side, reduce)
+    qs, ls, phis, bounds, log_phis = _plan_table(k, num_matvecs, s, gamma, side, reduce)
     if qs.size == 0:
-        raise ValueError(f"no admissible (l, q) for num_matvecs = {num_matvecs}, k = {k}, "
+        raise ValueError(f"no admissible (l, power_iters) for num_matvecs = {num_matvecs}, k = {k}, "
                          f"gamma = {gamma}, r = {s.shape[0]}: need k < l = floor(N/(2q+1)) < r "
                          f"and l >= gamma^2 k")
-    if np.all(np.isnan(phis)):  # only l = gamma^2 k admissible: eps1 = 1, the bound is vacuous
-        raise ValueError(f"every admissible (l, q) has a vacuous bound (eps1 = gamma sqrt(k/l) "
+    if np.all(np.isnan(log_phis)):  # only l = gamma^2 k admissible: eps1 = 1, vacuous bound
+        raise ValueError(f"every admissible (l, power_iters) has a vacuous bound (eps1 = gamma sqrt(k/l) "
                          f">= 1) for num_matvecs = {num_matvecs}, k = {k}, gamma = {gamma}")
-    i = int(np.nanargmin(phis))
-    return BudgetPlan(int(qs[i]), int(ls[i]), qs, ls, phis, bounds)
+    i = int(np.nanargmin(log_phis))
+    return BudgetPlan(int(qs[i]), int(ls[i]), qs, ls, phis, bounds, log_phis)
 
 
 # ======================================================================================
 # Everything for one rSVD run (the chapter's experiments)
 # ======================================================================================
-def angle_report(key: Any, A: Any, k: int, l: int, q: int, *, true_svd: Any = None,
-                 num_trials: int = 3, eps: float = 1.0, lower_eps: float = 2.0,
-                 sketch: str = "gaussian", sketch_options: dict | None = None,
-                 stable: bool = True, residual: str = "auto",
-                 estimate_options: dict | None = None) -> AngleReport:
-    """Run a rank-l rSVD of A with q power iterations and compute every Chapter 3 quantity.
+def angle_report(key: Any, A: Any, k: int, l: int, power_iters: int, *,
+                 true_svd: Any = None, num_trials: int = 3, eps: float = 1.0,
+                 lower_eps: float = 2.0, sketch: Any = "gaussian", stable: bool = True,
+                 residual: str = "auto", estimate_options: dict | None = None) -> AngleReport:
+    """Run a rank-l rSVD of A with ``power_iters`` (q in the thesis) power iterations and
+    compute every Chapter 3 quantity.
 
     For both sides (U: ``angle(U_k, U_hat_l)``, V: ``angle(V_k, V_hat_l)``) and both the true
     spectrum ``sigma`` and the approximate one ``sigma_hat`` (:func:`padded_spectrum` of the
@@ -1226,15 +1346,20 @@ def angle_report(key: Any, A: Any, k: int, l: int, q: int, *, true_svd: Any = No
     Args:
       key: ``jax.random.key``.
       A: matrix or operator (m x n); densified for the true SVD unless ``true_svd`` is given.
-      k, l, q: target rank, sketch size, power iterations (static), ``1 <= k < l < r`` and
-        ``l <= r - k`` (the estimator's condition).
+      k, l, power_iters: target rank, sketch size, power iterations (static),
+        ``1 <= k < l < r`` and ``l <= r - k`` (the estimator's condition).
       true_svd: ``(U, s, Vt)`` of A truncated to its rank r (default :func:`exact_svd`).
       num_trials: estimator trials N (thesis: 3).
       eps, lower_eps: distortion constants of the Thm 3.1 upper and lower bounds.
-      sketch, sketch_options, stable: passed to :func:`rdr_jax.rsvd`.
+      sketch, stable: passed to :func:`rdr_jax.rsvd` (``sketch``: a name or a choice object
+        such as ``rdr_jax.sketching.SparseSign(zeta=4)``).
       residual: ``"auto"``/``"exact"``/``"estimate"``, see :func:`posterior_residuals`.
       estimate_options: extra keyword arguments for :func:`unbiased_estimate` (e.g.
         ``{"method": "qr"}``).
+
+    Raises:
+      ValueError: bad arguments (see the parts), or a spectrum whose powers the estimator
+        cannot represent in A's dtype (:func:`unbiased_estimate`; use float64).
 
     Returns:
       :class:`AngleReport`.
@@ -1251,7 +1376,8 @@ def angle_report(key: Any, A: Any, k: int, l: int, q: int, *, true_svd: Any = No
     m, n = op.shape
     k = V.check_int("k", k, low=1)
     l = V.check_int("l", l, low=k + 1, high=min(m, n), high_desc=f"min(m, n) for A {(m, n)}")
-    q = V.check_int("q", q, low=0)
+    q = V.check_int("power_iters", power_iters, low=0)
+    sk = _check_sketch(sketch)
     tsvd = exact_svd(op) if true_svd is None else true_svd
     Ut, s_true, Vtt = _svd_parts("true_svd", tsvd)
     if Ut.shape[0] != m or Vtt.shape[1] != n:
@@ -1263,14 +1389,13 @@ def angle_report(key: Any, A: Any, k: int, l: int, q: int, *, true_svd: Any = No
     if l > r - k:
         raise ValueError(f"need l <= r - k = {r - k} (r = rank(A) = {r}) for the estimator")
     k_svd, k_est, k_est_hat, k_norm = jax.random.split(key, 4)
-    svd = rsvd(k_svd, op, l, l=l, power_iters=q, sketch=sketch, stable=stable,
-               sketch_options=sketch_options)
+    svd = rsvd(k_svd, op, l, l=l, power_iters=q, sketch=sk, stable=stable)
     rdt = svd.s.dtype
     s_true = s_true.astype(rdt)
     s_hat = padded_spectrum(svd.s, r)
     true = true_angles(RSVD(Ut, s_true, Vtt), svd, k)
     res = posterior_residuals(op, svd, k, residual=residual, key=k_norm)
-    Omega = rsvd_omega(k_svd, op, l, sketch=sketch, sketch_options=sketch_options)
+    Omega = rsvd_omega(k_svd, op, l, sketch=sk)
     Vr = Vtt.conj().T
     est_opts = dict(estimate_options or {})
 

@@ -322,6 +322,7 @@ def _column_id(key, op, k, l, opts: _Options):
     bound = eta * _row_space_residual_fro(op, Wsk) if opts.certify and certifiable else None
     rank = jnp.asarray(k, jnp.int32)
     _report(nr, rank, opts.policy)
+    V.warn_nonfinite(W, "the interpolation matrix W")
     if opts.side == "column":
         return ColumnID(J, C, W, eta, rank, nr, bound)
     # Line 4 (two-sided): rows of C
@@ -353,6 +354,7 @@ def _cur(key, op, k, l, opts: _Options):
         bound = jnp.sqrt(1.0 + eta_r ** 2) * eta * _row_space_residual_fro(op, Wsk)
     rank = jnp.asarray(k, jnp.int32)
     _report(nr, rank, opts.policy)
+    V.warn_nonfinite(U, "the CUR middle factor U")
     return CUR(I, J, C, U, R, eta, eta_r, rank, nr, bound)
 
 

@@ -23,7 +23,24 @@ skeletons use the same functions on ``C^H`` (Line 4).
   factor ``eta = ||[I, X_1^+ X_2]||_2 = sqrt(1 + ||X_1^+ X_2||_2^2)`` of
   Thm ``thm:pivoting_on_rangeapprox_error_bound``.
 
-All functions are jit/vmap compatible with ``k`` static.
+All functions are jit/vmap compatible with ``k`` static (they are jitted themselves, so
+eager calls compile once per shape).
+
+**Scaling.** Pivots, ``T`` and ``eta`` are invariant to scaling X, and so are the results:
+every function first rescales its input by a power of two so that the largest entry lies in
+[1, 2) (exact: no rounding; :func:`rdr_jax._fp.normalize`), so Gram products neither overflow
+nor underflow. Any finite X -- e.g. float32 scaled by 1e-30 ... 1e30, subnormal X (which XLA on
+CPU otherwise reads as 0), an all-zero X -- gives finite, true results, and the pivots of
+normal inputs are exactly those of the unscaled algorithms. A Gram matrix the caller formed
+in its own precision (``eta_from_gram(..., gram)``, ``eta_rows_from_gram``) may have over- or
+underflowed; it is checked and then recomputed from X (or C, when given), or flagged NaN.
+
+**Degenerate inputs.** With a rank-deficient pivot block ``X_1 = X(:, J)`` (X of rank < k, or
+an all-zero X), ``X_1^+`` is the pseudo-inverse on the numerical rank (singular values
+``<= max(l, k) eps sigma_1`` dropped) and ``T(:, J) = I`` is still set, so an all-zero X gives
+``T = [I, 0]`` (up to the column order) and ``eta = 1``; the factor stays a valid bound as
+long as the pivot columns span ``range(X)``, which LUPP and CPQR pivots do. NaN/Inf entries
+propagate to NaN.
 """
 
 from __future__ import annotations
@@ -33,11 +50,19 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from rdr_jax import _fp
 from rdr_jax.operators import HIGHEST
 
 __all__ = ["BackendError", "lupp", "cpqr", "leverage_scores", "leverage", "maxvol_refine",
            "interpolation", "eta_from_interpolation", "eta_from_gram", "eta_rows_from_gram",
            "cpqr_available"]
+
+# A supplied Gram matrix is used only when its trace matches ||X||_F^2 to this relative
+# tolerance (after the common power-of-two rescaling; a coarse check that catches a Gram of a
+# differently scaled matrix) and X's scale kept every product in range (_gram_scale_ok).
+_GRAM_RTOL = 1e-2
+# Row certificates: the number of rows m of C is unknown from C^H C; assume m <= 2^_LOG2_M.
+_LOG2_M = 24
 
 
 class BackendError(RuntimeError):
@@ -54,12 +79,23 @@ def cpqr_available(platform: str | None = None) -> bool:
     return platform in ("cpu", "gpu", "cuda", "rocm")
 
 
+def _unit(X):
+    """``X 2^-e`` with its largest entry in [1, 2) (exact), see :func:`rdr_jax._fp.normalize`."""
+    return _fp.normalize(X)[0]
+
+
+@functools.partial(jax.jit, static_argnames=("k",))
 def lupp(X: jax.Array, k: int) -> jax.Array:
     """First k column pivots of LU with partial pivoting on ``X^T`` (Eq. ``eq:def_LUPP``).
 
     ``X Pi = L_l [R_1^LU, R_2^LU]`` with ``|R^LU(i, j)| <= 1``; the returned ``J`` are the
     first k columns of ``Pi``. Only ``X[:k]`` is factored (the first k pivots of partial
     pivoting depend only on the first k rows), O(n k^2).
+
+    Scale-invariant: ``X[:k]`` is first rescaled by a power of two (exact), so the pivots of X
+    and ``c X`` agree for any c, subnormal X included. Once the Schur complement is exactly
+    zero (``rank(X[:k]) < k``, e.g. an all-zero X) the remaining pivots are arbitrary distinct
+    columns (LAPACK's tie rule: the column already in position t).
 
     Args:
       X: (l x n) with ``k <= l <= n``.
@@ -68,7 +104,7 @@ def lupp(X: jax.Array, k: int) -> jax.Array:
     Returns:
       ``J`` (k,) int32, distinct column indices in pivot order.
     """
-    _, _, perm = jax.lax.linalg.lu(X[:k].T)
+    _, _, perm = jax.lax.linalg.lu(_unit(X[:k]).T)
     return perm[:k].astype(jnp.int32)
 
 
@@ -95,8 +131,13 @@ def _cpqr_xla(X, k):
     return J
 
 
+@functools.partial(jax.jit, static_argnames=("k", "impl"))
 def cpqr(X: jax.Array, k: int, *, impl: str = "lapack") -> jax.Array:
     """First k column pivots of QR with column pivoting on ``X`` (Eq. ``eq:def_QRCP``).
+
+    Scale-invariant like :func:`lupp` (X is rescaled by a power of two first, so the column
+    norms of ``impl="xla"`` cannot overflow). For ``rank(X) < k`` the pivots after the first
+    ``rank(X)`` are arbitrary distinct columns.
 
     Args:
       X: (l x n), ``k <= min(l, n)``.
@@ -112,7 +153,7 @@ def cpqr(X: jax.Array, k: int, *, impl: str = "lapack") -> jax.Array:
       BackendError: ``impl="lapack"`` on a backend without a CPQR lowering (TPU).
     """
     if impl == "xla":
-        return _cpqr_xla(X, k)
+        return _cpqr_xla(_unit(X), k)
     if impl != "lapack":
         raise ValueError(f"impl must be 'lapack' or 'xla'; got {impl!r}")
     if not cpqr_available():
@@ -120,24 +161,31 @@ def cpqr(X: jax.Array, k: int, *, impl: str = "lapack") -> jax.Array:
             f"column-pivoted QR (geqp3) has no lowering on backend {jax.default_backend()!r}; "
             "use method='lupp' (available everywhere) or cpqr_impl='xla' (portable pivoted "
             "Gram-Schmidt)")
-    _, _, P = jax.lax.linalg.qr(X, pivoting=True, full_matrices=False)
+    _, _, P = jax.lax.linalg.qr(_unit(X), pivoting=True, full_matrices=False)
     return P[:k].astype(jnp.int32)
 
 
+@jax.jit
 def leverage_scores(V: jax.Array) -> jax.Array:
     """Column leverage scores ``p_j = ||V(:, j)||^2 / k`` of a k x n matrix with orthonormal
-    rows (approximate right singular vectors); ``sum_j p_j = 1``."""
-    p = jnp.sum(jnp.abs(V) ** 2, axis=0)
-    return p / jnp.sum(p)
+    rows (approximate right singular vectors); ``sum_j p_j = 1``.
+
+    Computed as ``p_j = ||V(:, j)||^2 / ||V||_F^2`` after an exact power-of-two rescaling, so
+    any scaling of V gives the same scores; an all-zero V gives the uniform ``p_j = 1/n``."""
+    p = jnp.sum(jnp.abs(_unit(V)) ** 2, axis=0)
+    tot = jnp.sum(p)
+    return jnp.where(tot > 0, p / jnp.where(tot > 0, tot, 1), 1.0 / p.shape[0])
 
 
+@functools.partial(jax.jit, static_argnames=("k", "mode"))
 def leverage(key, V: jax.Array, k: int, *, mode: str = "sample") -> jax.Array:
     """k column indices from the leverage scores of ``V`` (k' x n, orthonormal rows).
 
     ``mode="sample"``: k distinct columns drawn without replacement with probabilities
     proportional to ``p_j`` (successive sampling; implemented exactly by the Gumbel-top-k
     trick: ``argtopk(log p_j + G_j)``, ``G_j ~ Gumbel``). ``mode="topk"``: the k largest
-    scores (deterministic; what the thesis authors' code did).
+    scores (deterministic; what the thesis authors' code did). Scale-invariant; an all-zero
+    V samples uniformly (``"topk"``: the first k columns).
     """
     p = leverage_scores(V)
     if mode == "topk":
@@ -151,11 +199,31 @@ def leverage(key, V: jax.Array, k: int, *, mode: str = "sample") -> jax.Array:
 
 
 def _pivot_map(X1):
-    """``M = X_1^+ = R_1^{-1} Q_1^H`` (k x l) for the l x k pivot block ``X_1``."""
+    """``M = X_1^+`` (k x l) for the l x k pivot block ``X_1`` (``l >= k``).
+
+    ``R_1^{-1} Q_1^H`` from a QR of ``X_1`` when ``X_1`` has full numerical column rank
+    (``min_i |R_1(i, i)| > max(l, k) eps ||X_1||_F`` and a finite result); otherwise the SVD
+    pseudo-inverse with singular values ``<= max(l, k) eps sigma_1`` dropped (0 for an all-zero
+    block). Callers pass a power-of-two-rescaled block (:func:`_unit`), so nothing overflows.
+    """
+    l, k = X1.shape
+    rdt = jnp.finfo(X1.dtype).dtype
+    tol = max(l, k) * jnp.finfo(rdt).eps
     Q1, R1 = jnp.linalg.qr(X1, mode="reduced")
-    return jax.scipy.linalg.solve_triangular(R1, Q1.conj().T, lower=False)
+    M = jax.scipy.linalg.solve_triangular(R1, Q1.conj().T, lower=False)
+    fro = jnp.sqrt(jnp.sum(jnp.abs(X1) ** 2))
+    full = (jnp.min(jnp.abs(jnp.diagonal(R1))) > tol * fro) & jnp.all(jnp.isfinite(M))
+
+    def pinv():
+        U, S, Vh = jnp.linalg.svd(X1, full_matrices=False)
+        keep = S > tol * S[0]
+        inv = jnp.where(keep, 1 / jnp.where(keep, S, 1), 0).astype(X1.dtype)
+        return jnp.matmul(Vh.conj().T * inv[None, :], U.conj().T, precision=HIGHEST)
+
+    return jax.lax.cond(full, lambda: M, pinv)
 
 
+@jax.jit
 def interpolation(X: jax.Array, J: jax.Array) -> jax.Array:
     """Interpolation matrix ``T = X_1^+ X`` (k x n) with ``X_1 = X(:, J)`` (l x k).
 
@@ -165,49 +233,139 @@ def interpolation(X: jax.Array, J: jax.Array) -> jax.Array:
     small ``X_1``, then one GEMM with X. For CPQR pivots this equals
     ``R_11^{-1} [R_11, R_12]`` (the classic ID coefficients); for LUPP pivots with ``l = k``,
     ``(R_1^LU)^{-1} R^LU``.
+
+    T does not depend on the scale of X: X is rescaled by a power of two first (exact), so
+    any X from 1e-30 to 1e30 (float32), subnormal X included, gives the same T. Degenerate
+    cases: for a rank-deficient ``X_1`` the pseudo-inverse on its numerical rank is used
+    (see the module docstring); an all-zero X gives ``T(:, J) = I`` and zeros elsewhere.
+    NaN/Inf in X give NaN.
     """
-    T = jnp.matmul(_pivot_map(X[:, J]), X, precision=HIGHEST)
+    Xn = _unit(X)
+    T = jnp.matmul(_pivot_map(Xn[:, J]), Xn, precision=HIGHEST)
     k = J.shape[0]
     return T.at[:, J].set(jnp.eye(k, dtype=T.dtype))
 
 
+def _sqrt_lmax(G, dtype, e=0):
+    """``max(2^e sqrt(lambda_max(G)), 1)`` for a Hermitian PSD G (the Gram of a matrix
+    rescaled by ``2^-e``); the factor ``2^e`` is applied exactly (Inf if eta overflows)."""
+    lam = jnp.linalg.eigvalsh(G)[-1]
+    rdt = jnp.finfo(dtype).dtype
+    eta = _fp.ldexp(jnp.sqrt(jnp.maximum(lam, 0.0)).astype(rdt), e)
+    return jnp.maximum(eta, jnp.ones((), rdt))
+
+
+@jax.jit
 def eta_from_interpolation(T: jax.Array) -> jax.Array:
     """``eta = ||T||_2 = sqrt(1 + ||X_1^+ X_2||_2^2)`` for ``T = X_1^+ X`` (``T(:, J) = I``).
 
     Since ``T Pi = [I, B]``, ``T T^H = I + B B^H`` and ``||T||_2^2 = 1 + ||B||_2^2``: the
     a-posteriori factor of Thm ``thm:pivoting_on_rangeapprox_error_bound``
     (Eq. ``eq:pivoting_on_rangeapprox_error_bound``), O(n k^2).
+
+    T is rescaled by a power of two before its Gram is formed, so large entries (an
+    ill-conditioned pivot block) cannot overflow ``T T^H``; the result is ``>= 1`` (exactly 1
+    for ``T = [I, 0]``), ``+Inf`` only when ``||T||_2`` itself exceeds the dtype's range, NaN
+    when T holds NaN.
     """
-    G = jnp.matmul(T, T.conj().T, precision=HIGHEST)
-    return _sqrt_lmax(G, T.dtype)
+    Tn, e = _fp.normalize(T)
+    G = jnp.matmul(Tn, Tn.conj().T, precision=HIGHEST)
+    return _sqrt_lmax(G, T.dtype, jnp.where(e == _fp.ZERO_EXPONENT, 0, e))
 
 
-def _sqrt_lmax(G, dtype):
-    lam = jnp.linalg.eigvalsh(G)[-1]
-    return jnp.sqrt(jnp.maximum(lam, 1.0)).astype(jnp.finfo(dtype).dtype)
+def _trace(G):
+    return jnp.real(jnp.trace(G))
 
 
+def _gram_scale_ok(e, dtype, log2_len):
+    """Whether a Gram matrix ``Y^H Y`` formed in ``dtype`` from Y with largest entry in
+    ``[2^e, 2^(e+1))`` and inner products of length ``<= 2^log2_len`` is accurate: no entry can
+    overflow, and the products that underflow (``< tiny``) sum to less than ``eps`` times the
+    largest one."""
+    fi = jnp.finfo(dtype)
+    lo = fi.minexp + fi.nmant + log2_len         # tiny 2^log2_len <= eps 2^(2e)
+    hi = fi.maxexp - 2 - log2_len                 # 2^(2e+2) 2^log2_len < max
+    return (2 * e >= lo) & (2 * e < hi)
+
+
+@jax.jit
 def eta_from_gram(X: jax.Array, J: jax.Array, gram: jax.Array | None = None) -> jax.Array:
     """``eta`` without forming T: ``eta^2 = lambda_max(X_1^+ (X X^H) X_1^{+H})``.
 
     ``gram`` is ``X X^H`` (l x l) when already known (``None``: computed, O(n l^2); pass the
     identity for X with orthonormal rows such as ``V_k^H``). Same value as
-    ``eta_from_interpolation(interpolation(X, J))``, without the k x n intermediate.
+    ``eta_from_interpolation(interpolation(X, J))``, without the k x n intermediate, for
+    every scale of X (X and gram are rescaled by ``2^-e`` and ``2^-2e`` first, exactly), for
+    subnormal X, and for degenerate pivot blocks (pseudo-inverse; ``eta = 1`` for X = 0).
+
+    A supplied ``gram`` must be ``X X^H`` formed from this X in its dtype. It is used only
+    when X's scale keeps ``X X^H`` representable (no overflow, underflowed products below
+    ``eps`` relative: roughly ``1e-14 < max|X| < 1e18`` in float32), it is finite, and its
+    trace matches ``||X||_F^2`` within 1% (a Gram of a differently scaled X); otherwise it is
+    ignored and the Gram is recomputed from the rescaled X (under ``vmap`` both are
+    computed), so the result is true either way. NaN/Inf in X give NaN.
     """
-    M = _pivot_map(X[:, J])
+    Xn, e = _fp.normalize(X)
+    M = _pivot_map(Xn[:, J])
+
+    def own():
+        return jnp.matmul(Xn, Xn.conj().T, precision=HIGHEST)
+
     if gram is None:
-        gram = jnp.matmul(X, X.conj().T, precision=HIGHEST)
-    G = jnp.matmul(M, jnp.matmul(gram, M.conj().T, precision=HIGHEST), precision=HIGHEST)
+        gn = own()
+    else:
+        shift = jnp.where(e == _fp.ZERO_EXPONENT, 0, -2 * e)
+        gn = _fp.ldexp(jnp.asarray(gram, X.dtype), shift)
+        fro2 = jnp.sum(jnp.abs(Xn) ** 2)
+        log2_n = max(X.shape[1] - 1, 1).bit_length()
+        ok = (_gram_scale_ok(e, X.dtype, log2_n) & jnp.all(jnp.isfinite(gn))
+              & (jnp.abs(_trace(gn) - fro2) <= _GRAM_RTOL * fro2))
+        gn = jax.lax.cond(ok, lambda: gn, own)
+    G = jnp.matmul(M, jnp.matmul(gn, M.conj().T, precision=HIGHEST), precision=HIGHEST)
     return _sqrt_lmax(G, X.dtype)
 
 
-def eta_rows_from_gram(gram_C: jax.Array, S: jax.Array) -> jax.Array:
+@jax.jit
+def eta_rows_from_gram(gram_C: jax.Array, S: jax.Array, *, C: jax.Array | None = None
+                       ) -> jax.Array:
     """Row certificate ``||C S^{-1}||_2`` from ``C^H C`` (k x k) and ``S = C(I, :)``:
-    ``lambda_max(S^{-H} C^H C S^{-1})`` (no m x k intermediate)."""
-    k = S.shape[0]
-    Si = jnp.linalg.solve(S, jnp.eye(k, dtype=S.dtype))
-    G = jnp.matmul(Si.conj().T, jnp.matmul(gram_C, Si, precision=HIGHEST), precision=HIGHEST)
-    return _sqrt_lmax(G, S.dtype)
+    ``lambda_max(S^{-H} C^H C S^{-1})`` (no m x k intermediate).
+
+    Scale-robust: S and ``gram_C`` are rescaled by ``2^-e`` and ``2^-2e`` (exact) before the
+    products, so any scale of C whose Gram is representable gives the true value; a singular
+    S uses the pseudo-inverse on its numerical rank (``C = 0`` gives 1). ``gram_C`` must be
+    ``C^H C`` formed in S's dtype from the same C that S was taken from. It is used only when
+    it can be accurate -- finite, trace ``||C||_F^2`` at least 99% of ``||S||_F^2``, and
+    ``max|S|`` above the scale where ``C^H C`` loses products to underflow (about 1e-12 in
+    float32, 1e-146 in float64, allowing up to 2^24 rows) -- otherwise (e.g. float32 C scaled
+    by 1e20 or 1e-18) the result is recomputed from ``C`` when given (pass ``C`` for
+    scale-robust results; under ``vmap`` both paths run), and is NaN when it is not -- never a
+    silently wrong certificate. NaN/Inf in S give NaN.
+    """
+    Sn, eS = _fp.normalize(S)
+    eS = jnp.where(eS == _fp.ZERO_EXPONENT, 0, eS)
+    gn = _fp.ldexp(jnp.asarray(gram_C, S.dtype), -2 * eS)
+    fro2 = jnp.sum(jnp.abs(Sn) ** 2)
+    # underflow side only: C's largest entry (>= S's) is unknown, overflow shows up as Inf
+    fi = jnp.finfo(S.dtype)
+    ok = ((2 * eS >= fi.minexp + fi.nmant + _LOG2_M) | (fro2 == 0)) \
+        & jnp.all(jnp.isfinite(gn)) & (_trace(gn) >= (1 - _GRAM_RTOL) * fro2)
+    Si = _pivot_map(Sn)                                     # (S 2^-eS)^{-1} (or pinv)
+
+    def from_gram():
+        G = jnp.matmul(Si.conj().T, jnp.matmul(gn, Si, precision=HIGHEST), precision=HIGHEST)
+        return _sqrt_lmax(G, S.dtype)
+
+    if C is None:
+        return jnp.where(ok, from_gram(), jnp.nan)
+
+    def from_C():
+        Cn, eC = _fp.normalize(C)
+        CSi = jnp.matmul(Cn, Si, precision=HIGHEST)         # C S^{-1} 2^(eS - eC)
+        G = jnp.matmul(CSi.conj().T, CSi, precision=HIGHEST)
+        return _sqrt_lmax(G, S.dtype, jnp.where(eC == _fp.ZERO_EXPONENT, 0, eC - eS))
+
+    return jax.lax.cond(ok, from_gram, from_C)
 
 
 @functools.partial(jax.jit, static_argnames=("max_swaps",))

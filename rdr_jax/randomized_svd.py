@@ -142,6 +142,7 @@ def _rsvd_jit(key, op, k, l, sketch, power_iters, stable):
     B = op.rmatmat(Q).conj().T                                   # Q^H A  (l x n)
     Ut, s, Vt = jnp.linalg.svd(B, full_matrices=False)
     U = jnp.matmul(Q, Ut, precision=HIGHEST)
+    V.warn_nonfinite(s, "the singular value estimate")
     return RSVD(U[:, :k], s[:k], Vt[:k])
 
 

@@ -448,7 +448,7 @@ def pivot_rows(key, C, k: int, method: Method, Uk=None, need_W: bool = True):
         Wt, I = method.pivot.refine(P.interpolation(C.T, I), I)  # (k x m) = (C C_I^{-1})^T
         return I, Wt.T, P.eta_from_interpolation(Wt), None
     gram_C = jnp.matmul(C.conj().T, C, precision=HIGHEST)
-    eta_r = P.eta_rows_from_gram(gram_C, C[I])
+    eta_r = P.eta_rows_from_gram(gram_C, C[I], C=C)
     Wr = P.interpolation(C.T, I).T if need_W else None
     return I, Wr, eta_r, gram_C
 
@@ -456,6 +456,7 @@ def pivot_rows(key, C, k: int, method: Method, Uk=None, need_W: bool = True):
 @functools.partial(jax.jit, static_argnames=("k", "l", "method"))
 def _select_columns(key, op, k, l, method):
     J, W, eta, _ = pivot_columns(key, op, k, l, method, True)
+    V.warn_nonfinite(W, "the interpolation matrix W")
     return ColumnSelection(J, W, eta)
 
 

@@ -18,7 +18,7 @@ import scipy.linalg
 import rdr_jax as R
 from rdr_jax import angles as AN
 from rdr_jax import matrices as M
-from rdr_jax.sketching import make_sketch
+from rdr_jax.sketching import SparseSign, make_sketch
 
 # --------------------------------------------------------------------------------------
 # helpers
@@ -343,10 +343,10 @@ def test_space_agnostic_bound_bad_input(case):
         msg = "l < r"
     elif case == "q_neg":
         args["q"] = -1
-        msg = "q must be >= 0"
+        msg = "power_iters must be >= 0"
     elif case == "q_float":
         args["q"] = 1.0
-        err, msg = TypeError, "q must be a Python int"
+        err, msg = TypeError, "power_iters must be a Python int"
     elif case == "side":
         kw["side"] = "up"
         msg = "side must be"
@@ -381,8 +381,7 @@ def test_estimator_matches_literal_numpy_algorithm(method):
             est = AN.unbiased_estimate(key, s, k, l, 1, side=side, num_trials=N, method=method)
             keys = jax.random.split(key, N)
             for j in range(N):
-                G = make_sketch("gaussian", keys[j], l, 90, dtype=jnp.float32,
-                                generator="hash").todense()
+                G = make_sketch(keys[j], "gaussian", l, 90, dtype=jnp.float32).todense()
                 want = _numpy_estimator_trial(_np(G).T, s, k, p)
                 np.testing.assert_allclose(_np(est.trials[j]), np.sort(want), rtol=1e-9)
             tr = _np(est.trials)
@@ -494,9 +493,8 @@ def test_estimator_jit_vmap_no_retrace_and_other_sketches():
     assert AN._estimate_jit._cache_size() == size
     # non-Gaussian sketch families (a model with V = I): valid sines, close to Gaussian's
     g = _np(AN.unbiased_estimate(keys[0], s, 6, 12, 1, num_trials=100).mean)
-    for sketch, opts in (("sparse_sign", {"zeta": 4}),):
-        e = _np(AN.unbiased_estimate(keys[0], s, 6, 12, 1, num_trials=100, sketch=sketch,
-                                     sketch_options=opts).mean)
+    for sketch in (SparseSign(zeta=4),):
+        e = _np(AN.unbiased_estimate(keys[0], s, 6, 12, 1, num_trials=100, sketch=sketch).mean)
         assert np.all((e > 0) & (e < 1)) and np.all(np.abs(e / g - 1) < 0.3), sketch
 
 
@@ -522,7 +520,7 @@ def test_estimator_bad_input(case):
         msg = "l must be <= 35"
     elif case == "q_neg":
         args[4] = -2
-        msg = "q must be >= 0"
+        msg = "power_iters must be >= 0"
     elif case == "trials0":
         kw["num_trials"] = 0
         msg = "num_trials must be >= 1"
@@ -797,10 +795,11 @@ def test_planner_thesis_settings_closed_form(alpha, beta, gamma):
     q_max = int((alpha / gamma ** 2 - 1) // 2)
     for gap, q_want in ((1.01, 0), (1.5, q_max)):
         plan = AN.plan_budget(k, N, gap=gap, r=r, gamma=gamma)
-        assert plan.q == q_want and plan.l == N // (2 * q_want + 1)
-        np.testing.assert_array_equal(plan.qs, np.arange(q_max + 1))
-        np.testing.assert_array_equal(plan.ls, N // (2 * plan.qs + 1))
-        for q, l, phi in zip(plan.qs, plan.ls, plan.phi):   # Eq. space_agnostic_example_rhs
+        assert plan.power_iters == q_want and plan.l == N // (2 * q_want + 1)
+        np.testing.assert_array_equal(plan.power_iters_grid, np.arange(q_max + 1))
+        np.testing.assert_array_equal(plan.l_grid, N // (2 * plan.power_iters_grid + 1))
+        np.testing.assert_allclose(plan.log_phi, np.log(plan.phi), rtol=1e-12)
+        for q, l, phi in zip(plan.power_iters_grid, plan.l_grid, plan.phi):  # Eq. ..._rhs
             e1, e2 = gamma * math.sqrt(k / l), gamma * math.sqrt(l / (r - k))
             want = (1 + (1 - e1) / (1 + e2) * l / (r - k) * gap ** (4 * q + 2)) ** -0.5
             np.testing.assert_allclose(phi, want, rtol=1e-12)
@@ -823,23 +822,24 @@ def test_planner_matches_empirical_best_configuration(alpha, beta, gamma):
         plan = AN.plan_budget(k, N, gap=gap, r=r, gamma=gamma)
         A = (Uq * M.step_spectrum(r, k, gap)) @ Vq.T
         mean_sines = []
-        for q, l in zip(plan.qs, plan.ls):
+        for q, l in zip(plan.power_iters_grid, plan.l_grid):
             sines = []
             for _ in range(3):
                 Q = _numpy_range(rng, A, int(l), int(q))
                 sines.append(np.linalg.svd(Uq[:, :k] - Q @ (Q.T @ Uq[:, :k]), compute_uv=False))
             mean_sines.append(np.mean(sines))
-        assert plan.qs[int(np.argmin(mean_sines))] == plan.q, (gap, mean_sines, plan.phi)
+        assert plan.power_iters_grid[int(np.argmin(mean_sines))] == plan.power_iters, \
+            (gap, mean_sines, plan.phi)
 
 
 def test_planner_general_spectrum_and_bad_input():
     s = M.polynomial_decay(300, r1=5)
     plan = AN.plan_budget(10, 200, spectrum=s, side="right", reduce="max")
-    assert plan.bounds.shape == (plan.qs.size, 10)
+    assert plan.bounds.shape == (plan.power_iters_grid.size, 10)
     np.testing.assert_allclose(plan.phi, plan.bounds.max(1))
-    i = list(plan.qs).index(1)
+    i = list(plan.power_iters_grid).index(1)
     np.testing.assert_allclose(plan.bounds[i], _np(AN.space_agnostic_bound(
-        s.astype(np.float32), 10, int(plan.ls[i]), 1, side="right")), rtol=1e-4)
+        s.astype(np.float32), 10, int(plan.l_grid[i]), 1, side="right")), rtol=1e-4)
     with pytest.raises(ValueError, match="exactly one of spectrum"):
         AN.plan_budget(10, 200)
     with pytest.raises(ValueError, match="exactly one of spectrum"):
@@ -888,3 +888,160 @@ def test_angle_report_consistent_with_the_parts():
                 assert np.all(_np(bound) >= _np(true) * (1 - 1e-9))
         with pytest.raises(ValueError, match="l <= r - k"):
             AN.angle_report(jax.random.key(1), A, 10, 95, 0)
+
+
+# ======================================================================================
+# Scale, overflow and underflow (issue 12: no silent wrong answers) and the one vocabulary
+# ======================================================================================
+SCALES32 = (1e-30, 1e-18, 1e20, 1e30)
+
+
+def test_public_functions_say_power_iters_and_key_first():
+    import inspect
+    for f in (AN.space_agnostic_bound, AN.unbiased_estimate, AN.saibaba_bound, AN.phi_gamma,
+              AN.angle_report):
+        params = list(inspect.signature(f).parameters)
+        assert "power_iters" in params and "q" not in params, f.__name__
+    for f in (AN.unbiased_estimate, AN.angle_report, AN.rsvd_omega):
+        assert list(inspect.signature(f).parameters)[0] == "key", f.__name__
+    assert AN.BudgetPlan._fields[:4] == ("power_iters", "l", "power_iters_grid", "l_grid")
+    s = M.polynomial_decay(60, r1=5)
+    a = AN.unbiased_estimate(jax.random.key(0), s, 5, 12, power_iters=1)
+    b = AN.unbiased_estimate(jax.random.key(0), s, 5, 12, 1)
+    np.testing.assert_array_equal(_np(a.trials), _np(b.trials))
+    assert bool(a.valid)
+
+
+def test_estimator_scale_invariant_and_subnormal_float32():
+    """Only ratios of singular values enter: s scaled by 1e-30..1e30 or pushed into the
+    subnormal range (which XLA on CPU reads as 0) gives the same trials in float32."""
+    s = M.polynomial_decay(80, r1=5).astype(np.float32)
+    key = jax.random.key(2)
+    for side, q in (("left", 1), ("right", 3)):
+        ref = _np(AN.unbiased_estimate(key, s, 6, 12, q, side=side).trials)
+        for c in SCALES32:
+            got = AN.unbiased_estimate(key, s * np.float32(c), 6, 12, q, side=side)
+            assert bool(got.valid)
+            np.testing.assert_allclose(_np(got.trials), ref, rtol=1e-4, err_msg=str(c))
+        sub = s * np.float32(1e-41)
+        assert np.all(sub < np.finfo(np.float32).tiny) and np.all(sub > 0)
+        got = _np(AN.unbiased_estimate(key, sub, 6, 12, q, side=side).trials)
+        np.testing.assert_allclose(got, ref, rtol=2e-2)
+
+
+def test_estimator_large_gap_no_overflow():
+    """gap^p = 1e39 > float32 max: the old head normalisation by sigma_(k+1) overflowed to
+    Inf and returned NaN; the sines (~1e-39, below float32's smallest normal) are now 0 in
+    float32 and agree with float64 where float32 can represent them."""
+    s = M.step_spectrum(60, 10, 1e3)
+    key = jax.random.key(3)
+    with jax.enable_x64(True):
+        ref6 = _np(AN.unbiased_estimate(key, s, 10, 20, 6).trials)
+        ref2 = _np(AN.unbiased_estimate(key, s, 10, 20, 2).trials)
+    e6 = AN.unbiased_estimate(key, s.astype(np.float32), 10, 20, 6)
+    assert bool(e6.valid) and np.all(np.isfinite(_np(e6.trials)))
+    assert np.all(_np(e6.trials) <= np.finfo(np.float32).tiny) and np.all(ref6 < 1e-36)
+    e2 = _np(AN.unbiased_estimate(key, s.astype(np.float32), 10, 20, 2).trials)
+    np.testing.assert_allclose(e2, ref2, rtol=1e-4)
+
+
+def test_estimator_unrepresentable_powers_raise_or_flag():
+    """s_i = 2^-i, k = 10, l = 20, q = 3: (sigma_11/sigma_30)^7 = 2^133 exceeds float32's
+    eps/tiny = 2^103, so the tail weights would flush to 0 and the estimator degenerate."""
+    s = (0.5 ** np.arange(60.0)).astype(np.float32)
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match=r"cannot represent the spectrum's powers in float32.*"
+                                         r"sigma_\(k\+1\)/sigma_\(k\+l\)"):
+        AN.unbiased_estimate(key, s, 10, 20, 3)
+    with pytest.raises(ValueError, match="cannot represent"):
+        AN.unbiased_estimate(key, s, 10, 20, 3, side="right", num_trials=2)
+    # inside jit the spectrum is traced: NaN, flagged
+    est = jax.jit(lambda x: AN.unbiased_estimate(key, x, 10, 20, 3))(s)
+    assert not bool(est.valid) and np.all(np.isnan(_np(est.trials)))
+    assert np.all(np.isnan(_np(est.mean)))
+    # ... per batch element under vmap; the representable q = 0 is valid
+    ok = jax.jit(lambda x: AN.unbiased_estimate(key, x, 10, 20, 0))(s)
+    assert bool(ok.valid) and np.all(np.isfinite(_np(ok.trials)))
+    batch = jax.vmap(lambda x: AN.unbiased_estimate(key, x, 10, 20, 3))(
+        np.stack([s, np.ones(60, np.float32) * np.float32(0.9) ** np.arange(60)]))
+    np.testing.assert_array_equal(_np(batch.valid), [0, 1])
+    assert np.all(np.isfinite(_np(batch.trials[1])))
+    # float64 represents it
+    with jax.enable_x64(True):
+        est64 = AN.unbiased_estimate(key, s.astype(np.float64), 10, 20, 3)
+        assert bool(est64.valid) and np.all(np.isfinite(_np(est64.trials)))
+
+
+def test_prior_and_saibaba_bounds_scale_invariant_and_subnormal_float32():
+    s = M.polynomial_decay(100, r1=5)
+    A = M.with_spectrum(jax.random.key(0), 100, 100, s, dtype=np.float32)
+    tsvd = AN.exact_svd(A)
+    sv, Vr = np.asarray(tsvd.s), np.asarray(tsvd.Vt).T     # scaled on the host (numpy keeps
+    Om = np.asarray(AN.rsvd_omega(jax.random.key(1), A, 16))  # subnormals, XLA flushes them)
+    s32 = s.astype(np.float32)
+    for side in ("left", "right"):
+        ref = _np(AN.space_agnostic_bound(s32, 10, 30, 2, side=side))
+        ref_sb = _np(AN.saibaba_bound(sv, 10, 2, Vr, Om, side=side))
+        for c in SCALES32 + (1e-41,):
+            tol = 2e-2 if c == 1e-41 else 1e-4
+            got = _np(AN.space_agnostic_bound(s32 * np.float32(c), 10, 30, 2, side=side))
+            np.testing.assert_allclose(got, ref, rtol=tol, err_msg=str(c))
+            sb = _np(AN.saibaba_bound(sv * np.float32(c), 10, 2, Vr * np.float32(c),
+                                      Om * np.float32(c), side=side))
+            np.testing.assert_allclose(sb, ref_sb, rtol=tol, err_msg=str(c))
+
+
+def test_canonical_angles_scale_invariant_float32():
+    rng = np.random.default_rng(4)
+    U = rng.standard_normal((30, 6)).astype(np.float32)
+    Vb = rng.standard_normal((30, 4)).astype(np.float32)
+    ref = _np(AN.canonical_angles(U, Vb))
+    for cu, cv in ((1e-30, 1e30), (1e20, 1e-18), (1e-41, 1.0), (1e-41, 1e-41)):
+        got = _np(AN.canonical_angles(U * np.float32(cu), Vb * np.float32(cv)))
+        np.testing.assert_allclose(got, ref, atol=1e-3 if 1e-41 in (cu, cv) else 2e-6)
+
+
+def test_posterior_bounds_scale_invariant_float32():
+    """Thm 3.4's gaps were formed from squares: at scale 1e20 sigma_k^2 overflowed float32 and
+    every bound silently became 0; now they are the same at every scale."""
+    n, k, l = 60, 8, 14
+    A = M.with_spectrum(jax.random.key(0), n, n, M.polynomial_decay(n, r1=3), dtype=np.float32)
+    s = AN.exact_svd(A).s
+    res = AN.posterior_residuals(A, R.rsvd(jax.random.key(1), A, l, l=l, power_iters=1), k)
+    ref_g, ref_r = AN.gap_bounds(res, s), AN.residual_bound(res, s, side="left")
+    assert bool(ref_g.valid)
+    for c in SCALES32:
+        f = np.float32(c)
+        res_c = res._replace(**{name: getattr(res, name) * f for name in Residuals_scaled})
+        g = AN.gap_bounds(res_c, s * f)
+        assert bool(g.valid)
+        for a, b in zip(jax.tree.leaves(g.Uk_Ul + g.Vk_Vl + g.Uk_Uk + g.Vk_Vk),
+                        jax.tree.leaves(ref_g.Uk_Ul + ref_g.Vk_Vl + ref_g.Uk_Uk + ref_g.Vk_Vk)):
+            np.testing.assert_allclose(_np(a), _np(b), rtol=1e-5, err_msg=str(c))
+        np.testing.assert_allclose(_np(AN.residual_bound(res_c, s * f, side="left").bound),
+                                   _np(ref_r.bound), rtol=1e-5)
+    # the residual norms themselves at scale 1e20 (||F||_F no longer squares the scale)
+    Ac = A * np.float32(1e20)
+    res20 = AN.posterior_residuals(Ac, R.rsvd(jax.random.key(1), Ac, l, l=l, power_iters=1), k)
+    for name in ("E3_2", "E3_F", "E32_2", "E33_2", "left_norm"):
+        assert float(getattr(res20, name)) == pytest.approx(float(getattr(res, name)) * 1e20,
+                                                            rel=1e-3), name
+
+
+Residuals_scaled = ("s_hat", "left_svals", "right_svals", "left_norm", "right_norm", "E3_2",
+                    "E3_F", "E32_2", "E33_2")
+
+
+def test_planner_compares_in_the_log_domain():
+    """gap 1e30: phi_gamma(q) ~ 1e-30(2q+1) underflows float64 to 0 for q >= 5; the old
+    argmin over phi picked the first 0 (q = 5), the log-domain one picks q = 6."""
+    k, N, r, gamma = 10, 160, 330, 1.05
+    plan = AN.plan_budget(k, N, gap=1e30, r=r, gamma=gamma)
+    assert plan.power_iters == plan.power_iters_grid.max() == 6
+    assert plan.phi[-1] == 0.0 and plan.phi[-2] == 0.0
+    assert np.all(np.diff(plan.log_phi) < 0) and np.all(np.isfinite(plan.log_phi))
+    assert AN.phi_gamma(6, k, N, gap=1e30, r=r, gamma=gamma) == 0.0
+    # agrees with the closed form where phi is representable
+    e1, e2 = gamma * math.sqrt(k / plan.l_grid[1]), gamma * math.sqrt(plan.l_grid[1] / (r - k))
+    want = -0.5 * math.log((1 - e1) / (1 + e2) * plan.l_grid[1] / (r - k)) - 0.5 * 6 * math.log(1e30)
+    assert plan.log_phi[1] == pytest.approx(want, rel=1e-9)

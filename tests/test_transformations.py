@@ -155,3 +155,17 @@ def test_lowrank_error_and_certificate_say_when_approx_is_of_another_matrix():
         R.certificate(A, sel._replace(W=sel.W * 2))
     with pytest.raises(ValueError, match="does not fit"):
         R.certificate(A[:, :20], sel)
+
+
+def test_nan_in_a_jax_array_warns_from_the_computation():
+    """numpy inputs are checked at the boundary (ValueError, tests/test_cur.py); a jax array
+    is checked inside the computation (no host pass over A): NaN results come with a word."""
+    bad = jnp.asarray(A).at[3, 4].set(jnp.nan)
+    for f in (lambda: R.cur(KEYS[0], bad, 4, on_rank_deficient="ignore"),
+              lambda: R.interpolative(KEYS[0], bad, 4, on_rank_deficient="ignore"),
+              lambda: R.select_columns(KEYS[0], bad, 4),
+              lambda: R.rsvd(KEYS[0], bad, 4)):
+        with pytest.warns(RuntimeWarning, match="NaN or Inf"):
+            jax.block_until_ready(f())
+    with pytest.raises(ValueError, match="non-finite"):
+        R.cur(KEYS[0], np.asarray(bad), 4)
