@@ -5,7 +5,6 @@ implicit operators, the exact-coefficient prefix, and agreement with the former 
 Compilation dominates the run time, so most tests share one shape (M x N) and block size B.
 """
 
-import warnings
 
 import chex
 import jax
@@ -421,40 +420,3 @@ def test_exact_prefix_below_rounding_level_keeps_rank():
     assert col_error(A, c._replace(W=W)) <= col_error(A, c) * (1 + 1e-3)
     j2, _, rel2 = FA.exact_prefix(A, c.cols, C, c.rank, 5e-3)
     assert int(j2) == int(c.rank) and np.isnan(float(rel2))
-
-
-# --------------------------------------------------------------------------------------
-# agreement with the former host-loop implementation (while it still exists)
-# --------------------------------------------------------------------------------------
-def _old_impl():
-    try:
-        from rdr_jax import skeletons as SK
-    except ImportError:
-        SK = None
-    if SK is None or not hasattr(SK, "adaptive_row_skeletons"):
-        pytest.skip("the host-loop rdr_jax.skeletons.adaptive_row_skeletons is gone")
-    return SK
-
-
-@pytest.mark.parametrize("dtype_name", DTYPES)
-def test_same_skeletons_as_host_loop(dtype_name):
-    SK = _old_impl()
-    with x64(dtype_name):
-        rng = np.random.default_rng(15)
-        mats = [decaying(rng, M, N, 10.0, dtype_name)[0], low_rank(rng, M, N, 9, dtype_name)]
-        for A in mats:
-            for tol in (1e-1, 1e-3):
-                key = jax.random.key(7)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    old_r = SK.adaptive_row_skeletons(key, A, tol, block_size=B)
-                    old_c = SK.adaptive_column_skeletons(key, A, tol, block_size=B)
-                new_r = FA.adaptive_row_skeletons(key, A, tol, block_size=B)
-                new_c = FA.adaptive_column_skeletons(key, A, tol, block_size=B)
-                for old, new, idx in ((old_r, new_r, new_r.rows), (old_c, new_c, new_c.cols)):
-                    assert int(new.rank) == old.rank
-                    np.testing.assert_array_equal(np.asarray(idx)[:old.rank],
-                                                  np.asarray(old.idx))
-                    assert bool(new.converged) == old.converged
-                    np.testing.assert_allclose(float(new.error_estimate),
-                                               old.error_estimate, rtol=1e-3, atol=1e-7)
