@@ -10,15 +10,18 @@ Operations, with l = 210 and k = 200 (``--l``, ``--k``):
 * ``sparse_sign(key, l, m).apply(A)`` for comparison;
 * ``A.cols(J)`` (m x k), ``A.rows(I)`` (k x n), ``A.matmat(Q)``, ``A.rmatmat(Q)`` (Q dense).
 
-Columns: ``eager`` = the public call outside jit (numba kernels read/write the buffers in
-place), ``jit`` = the same call inside ``jax.jit`` (kernels through ``pure_callback``, which
-copies operands and results), ``xla (before)`` = the previous implementation (XLA sorted
-segment sums over the (nnz x b) intermediate in column blocks, Gamma^H materialised and
-transposed; still the GPU/TPU path), timed only with ``--before`` (default in ``--quick``;
-about 3 minutes at full size). Times are seconds, the minimum over ``--repeats`` calls after
-one warm-up call (compile excluded); every call ends with ``block_until_ready``. The
-``reported`` column holds the times of the previous implementation measured before this
-change (10^6 only). The machine is shared and noisy: compare columns of one run.
+Columns: ``eager`` = the public call outside jit, ``jit`` = the same call inside ``jax.jit``,
+``jit/eager`` their ratio. Both run the same primitives (:mod:`rdr_jax._kernels`): on CPU the
+numba kernels reached through the XLA FFI, which read and write XLA's buffers in place, so the
+ratio should be close to 1 (eager calls dispatch each primitive as its own compiled call; the
+earlier ``pure_callback`` route copied every operand and made jit the slow path).
+``xla (before)`` = the XLA formulas (sorted segment sums over the (nnz x b) intermediate in
+column blocks, Gamma^H materialised and transposed; the GPU/TPU lowering of the same
+primitives), timed only with ``--before`` (default in ``--quick``; about 3 minutes at full
+size). Times are seconds, the minimum over ``--repeats`` calls after one warm-up call (compile
+excluded); every call ends with ``block_until_ready``. The ``reported`` column holds the times
+of the XLA implementation measured before the numba kernels (10^6 only). The machine is shared
+and noisy: compare columns of one run.
 
 Run (from the repository root)::
 
@@ -71,8 +74,17 @@ def _old_apply_sketch(A, G):
     return _old_sparse_matmat(A.R, A.d.conj()[:, None] * SL.conj().T).conj().T
 
 
+def _old_sign_sketch(A, S):
+    from rdr_jax import _kernels
+    L = A.L
+    SL = _kernels.sparse_sign_sparse_xla(L.data_c, S.rows, S.signs.astype(L.dtype), L.row_c,
+                                         L.col_c, L.indptr_c, l=S.l, n=L.shape[1])
+    return _old_sparse_matmat(A.R, A.d.conj()[:, None] * SL.conj().T).conj().T
+
+
 def _old_ops(A, l, m):
     return {
+        "sketch_sign": lambda S: _old_sign_sketch(A, S),
         "sketch_gauss": lambda k: _old_apply_sketch(
             A, gaussian(k, l, m, dtype=F64, generator="threefry").todense()),
         "sketch_hash": lambda k: _old_apply_sketch(
@@ -144,14 +156,15 @@ def main(argv=None):
     }
     old = _old_ops(A, l, m) if before else {}
     results = {}
-    head = f"{'operation':46s} {'eager':>8s} {'jit':>8s}"
+    head = f"{'operation':46s} {'eager':>8s} {'jit':>8s} {'jit/eager':>9s}"
     head += f" {'xla (before)':>13s}" if before else ""
     head += f" {'reported':>9s}" if not a.quick else ""
     print(head)
     print("-" * len(head))
     for name, (label, fn, args) in rows.items():
         r = {"eager": _timeit(fn, args, repeats), "jit": _timeit(jax.jit(fn), args, repeats)}
-        line = f"{label:46s} {r['eager']:8.2f} {r['jit']:8.2f}"
+        line = (f"{label:46s} {r['eager']:8.3f} {r['jit']:8.3f} "
+                f"{r['jit'] / r['eager']:9.2f}")
         if before:
             if name in old:
                 r["xla_before"] = _timeit(jax.jit(old[name]), args, repeats)
@@ -162,10 +175,14 @@ def main(argv=None):
             line += f" {REPORTED_1E6[name]:9.1f}" if name in REPORTED_1E6 else f" {'':>9s}"
         print(line, flush=True)
         results[name] = r
+    ratios = {name: r["jit"] / r["eager"] for name, r in results.items()}
+    worst = max(ratios, key=ratios.get)
+    print(f"jit / eager: median {np.median(list(ratios.values())):.2f}, max "
+          f"{ratios[worst]:.2f} ({worst})")
     # correctness spot check of the new paths against the XLA path (small slices)
     if before:
         errs = {}
-        for name in ("cols", "rows", "matmat", "sketch_gauss"):
+        for name in ("cols", "rows", "matmat", "sketch_gauss", "sketch_sign"):
             fn, args = rows[name][1], rows[name][2]
             new, ref = np.asarray(fn(*args)), np.asarray(jax.jit(old[name])(*args))
             errs[name] = float(np.abs(new - ref).max() / np.abs(ref).max())

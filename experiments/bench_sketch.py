@@ -12,17 +12,17 @@ sketch size l in ``--ls`` (default 32, 128, 512):
 * ``gaussian hash: gen+GEMM`` / ``gen only``     -- the same with ``generator="hash"``
                                    (:func:`rdr_jax.sketching.hash_normal`).
 * ``srtt (DCT): draw+apply``    -- ``srtt(k, l, m).apply(A)`` (permutation, signs, DCT-II, rows).
-* ``sparse_sign: S.apply(A) eager`` -- the public call outside jit: the numba kernel reads A's
-                                   buffer in place.
-* ``sparse_sign: apply (pre-drawn)`` -- ``jax.jit(lambda S, A: S.apply(A))`` with S drawn outside
-                                   (numba kernel through ``pure_callback`` on CPU, XLA scatter-add
-                                   elsewhere).
+* ``sparse_sign: S.apply(A) eager`` -- the public call outside jit (the sparse sign primitive
+                                   dispatched as one compiled call).
+* ``sparse_sign: apply in jit (pre-drawn)`` -- ``jax.jit(lambda S, A: S.apply(A))`` with S drawn
+                                   outside: on CPU the numba kernel reached through the XLA FFI
+                                   (reads A's buffer in place), XLA's scatter-add elsewhere.
 * ``sparse_sign: draw+apply``   -- ``sparse_sign(k, l, m, zeta).apply(A)`` in one jitted call.
 * ``sparse_sign xla: apply (pre-drawn)`` -- ``S.apply_dense(A, impl="xla")`` (XLA scatter-add).
-* ``numba kernel direct (host, no callback)`` -- diagnostic: the CPU kernel
-                                   ``rdr_jax._kernels.sparse_sign_apply_host`` called on numpy
-                                   arrays, without jit / ``pure_callback`` (the difference to
-                                   ``sparse_sign: apply`` is the callback overhead).
+* ``numba kernel direct (host, no JAX)`` -- diagnostic: the same CPU kernel
+                                   (``rdr_jax._kernels.sparse_sign_apply_host``) called on numpy
+                                   arrays, without JAX (the difference to ``apply in jit`` is the
+                                   cost of the FFI call).
 * ``scipy CSR (host)``          -- the same sparse sign matrix as ``scipy.sparse`` CSR (l x m,
                                    built from ``S.todense()``) times the numpy A, single-threaded.
 
@@ -31,8 +31,9 @@ Every jitted function is compiled and warmed up before timing; each call is foll
 kept in the raw results). Cells of the table are "ms (x floor)". The target lines check, at
 the largest l (512 by default): sparse_sign / floor <= 10 and Gaussian (gen+GEMM) /
 sparse_sign >= 5 for both generators; the Gaussian breakdown splits gen+GEMM into generation
-and GEMM shares. Raw numbers go to ``results.json`` / ``results.csv`` and a plot to
-``bench_sketch.png`` in ``--out``.
+and GEMM shares. A float64 block (``--f64``, on by default) repeats the floor, the sparse sign
+rows and the Gaussian rows at the largest l in float64 and checks the same targets. Raw numbers
+go to ``results.json`` / ``results.csv`` and a plot to ``bench_sketch.png`` in ``--out``.
 
 Run (from the repository root)::
 
@@ -79,10 +80,10 @@ METHODS = {
     "gauss_hash_gen": "gaussian hash: gen only",
     "srtt": "srtt (DCT): draw+apply",
     "sparse_sign_eager": "sparse_sign: S.apply(A) eager",
-    "sparse_sign": "sparse_sign: apply (pre-drawn)",
+    "sparse_sign": "sparse_sign: apply in jit (pre-drawn)",
     "sparse_sign_draw": "sparse_sign: draw+apply",
     "sparse_sign_xla": "sparse_sign xla: apply (pre-drawn)",
-    "numba_direct": "numba kernel direct (host, no callback)",
+    "numba_direct": "numba kernel direct (host, no JAX)",
     "scipy_csr": "scipy CSR (host)",
 }
 
@@ -287,8 +288,34 @@ def run(args):
           f"xla / apply = {best['sparse_sign_xla'][lt] / ss:.2f}; "
           f"scipy CSR (host, 1 thread) / apply = {best['scipy_csr'][lt] / ss:.2f}; "
           f"numba kernel direct = {best['numba_direct'][lt] * 1e3:.2f} ms "
-          f"({best['numba_direct'][lt] / floor:.1f}x floor), so jit/pure_callback overhead = "
+          f"({best['numba_direct'][lt] / floor:.1f}x floor), so jit/FFI overhead = "
           f"{(ss - best['numba_direct'][lt]) * 1e3:.2f} ms")
+
+    print()
+    print(f"## Sparse sign inside jit (l={lt}, float32): {ss * 1e3:.2f} ms = "
+          f"{ss / floor:.1f}x the read-once floor; Gaussian in jit / sparse sign in jit: "
+          f"hash {best['gauss_hash'][lt] / ss:.1f}x, threefry {best['gauss_threefry'][lt] / ss:.1f}x")
+
+    f64 = None
+    if args.f64:
+        f64 = run_f64(args, lt, kA, kS, kT)
+        fl64, ss64 = f64["min_s"]["floor"], f64["min_s"]["sparse_sign"]
+        print()
+        print(f"## float64 at l={lt} (ms (x floor); min of {args.repeats})")
+        print("| method | float64 |")
+        print("|---|---:|")
+        for k, label in F64_METHODS.items():
+            print(f"| {label} | {f64['min_s'][k] * 1e3:.2f} ({f64['min_s'][k] / fl64:.1f}x) |")
+        print(f"- sparse sign inside jit: {ss64 * 1e3:.2f} ms = {ss64 / fl64:.1f}x the read-once "
+              f"floor; Gaussian in jit / sparse sign in jit: hash "
+              f"{f64['min_s']['gauss_hash'] / ss64:.1f}x, threefry "
+              f"{f64['min_s']['gauss_threefry'] / ss64:.1f}x")
+        print("- " + target("float64 sparse_sign inside jit / floor", ss64 / fl64, "<=", 10))
+        for gen in ("threefry", "hash"):
+            print("- " + target(f"float64 gaussian {gen} (gen+GEMM) / sparse_sign inside jit",
+                                f64["min_s"][f"gauss_{gen}"] / ss64, ">=", 5))
+        print(f"- (info) float64 sparse_sign in jit vs scipy CSR: relative error "
+              f"{f64['rel_err_vs_scipy']:.1e}")
 
     print()
     print("## Gaussian breakdown (share of gen+GEMM time; overhead = total - gen - GEMM)")
@@ -325,6 +352,7 @@ def run(args):
                                for g, v in breakdown.items()},
         "checks_rel_err": {str(l): c for l, c in checks.items()},
         "table_markdown": table,
+        "float64": f64,
     }
     (out / "results.json").write_text(json.dumps(results, indent=2))
     with open(out / "results.csv", "w", newline="") as f:
@@ -341,6 +369,41 @@ def run(args):
     print()
     print(f"wrote {out / 'results.json'}, {out / 'results.csv'}, {out / 'bench_sketch.png'}")
     return results
+
+
+F64_METHODS = {
+    "floor": "floor (read A)",
+    "sparse_sign_eager": "sparse_sign: S.apply(A) eager",
+    "sparse_sign": "sparse_sign: apply in jit (pre-drawn)",
+    "gauss_hash": "gaussian hash: gen+GEMM",
+    "gauss_threefry": "gaussian threefry: gen+GEMM",
+}
+
+
+def run_f64(args, l: int, kA, kS, kT):
+    """Floor, sparse sign (eager / in jit) and Gaussian (hash / threefry, in jit) at one l in
+    float64 (under ``jax.enable_x64``)."""
+    m, n, F64 = args.m, args.n, jnp.float64
+    with jax.enable_x64(True):
+        A = _block(jax.random.normal(kA, (m, n), F64))
+        S = _block(sparse_sign(kS, l, m, args.zeta, dtype=F64))
+        tasks = {
+            "floor": (jax.jit(lambda A: A.sum()), (A,)),
+            "sparse_sign_eager": (lambda S, A: S.apply(A), (S, A)),
+            "sparse_sign": (jax.jit(lambda S, A: S.apply(A)), (S, A)),
+            "gauss_hash": (jax.jit(lambda k, A: gaussian(k, l, m, dtype=F64, generator="hash")
+                                   .apply(A)), (kT, A)),
+            "gauss_threefry": (jax.jit(lambda k, A: gaussian(k, l, m, dtype=F64,
+                                                             generator="threefry").apply(A)),
+                               (kT, A)),
+        }
+        times, outs = {}, {}
+        for name, (fn, fargs) in tqdm(tasks.items(), desc="float64", file=sys.stderr):
+            times[name], outs[name] = time_call(fn, fargs, args.repeats)
+        ref = sp.csr_matrix(np.asarray(S.todense())) @ np.asarray(A)
+        err = rel_err(outs["sparse_sign"], ref)
+    return {"l": l, "times_s": times, "min_s": {k: min(v) for k, v in times.items()},
+            "rel_err_vs_scipy": err}
 
 
 def plot(best, floor, args, env, path):
@@ -386,6 +449,8 @@ def parse_args(argv=None):
     p.add_argument("--out", default=str(DEFAULT_OUT),
                    help="output folder (default experiments/results/bench_sketch)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--f64", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time the sparse sign and Gaussian rows in float64 at the largest l")
     args = p.parse_args(argv)
     if args.quick:
         args.m, args.repeats = 8192, 3

@@ -32,7 +32,6 @@ Use :func:`as_operator` to wrap anything. Sparse inputs must be converted outsid
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Callable
 
 import jax
@@ -156,222 +155,67 @@ class DenseOperator(LinearOperator):
 # --------------------------------------------------------------------------------------
 # Sparse (CSR + CSC)
 # --------------------------------------------------------------------------------------
-# CPU kernels. XLA:CPU lowers the segment sum / scatter-add of a sparse product to a serial
-# loop over an (nnz x b) intermediate (materialised in column blocks): 10-35 s for a
+# Sparse products. XLA:CPU lowers the segment sum / scatter-add of a sparse product to a
+# serial loop over an (nnz x b) intermediate (materialised in column blocks): 10-35 s for a
 # 10^6 x 400 factor with 2e6 nonzeros times a 400 x 200 block, against ~0.5 s for one pass
-# (``experiments/bench_operators.py``). The numba kernels below stream the CSR/CSC arrays once,
-# write each output element once and are parallel without atomics. They are compiled on first
-# use (``_kernel``); ``prange`` is bound to ``numba.prange`` at that point.
-prange = range
-_KERNELS: dict[str, Any] = {}
-_LEFT_ROW_BLOCK = 128    # rows of S per block in _k_dense_csr (X @ S via CSR)
-_LEFT_COL_BLOCK = 128    # output columns per parallel task in _k_dense_csc (X @ S via CSC)
-_LEFT_ACC_ELEMS = 1 << 22  # largest per-thread (n x b) accumulators of _k_dense_csr, in all
-_SMALL_DIM = 1 << 16     # X @ S via CSC when S has at most this many rows
-
-
-def _k_csr_dense(indptr, indices, data, X, out):  # pragma: no cover - compiled
-    """out (m, b) = S @ X for S in CSR (row i: entries indptr[i]:indptr[i+1])."""
-    b = X.shape[1]
-    for i in prange(out.shape[0]):
-        o = out[i]
-        for c in range(b):
-            o[c] = 0
-        for p in range(indptr[i], indptr[i + 1]):
-            v = data[p]
-            x = X[indices[p]]
-            for c in range(b):
-                o[c] += v * x[c]
-
-
-def _k_dense_csr(X, indptr, indices, data, acc):  # pragma: no cover - compiled
-    """acc[t] (n, b) = partial sums of (X @ S)^T, X (b, m), S in CSR; ``acc.shape[0]``
-    threads each take every nt-th block of rows of S. A block of X's columns is transposed
-    into a small buffer so that each nonzero S_ip adds ``S_ip X[:, i]`` to row p of a
-    private, cache resident (n, b) accumulator as one contiguous vector operation."""
-    b, m = X.shape
-    nt = acc.shape[0]
-    nblk = (m + _LEFT_ROW_BLOCK - 1) // _LEFT_ROW_BLOCK
-    for t in prange(nt):
-        out = acc[t]
-        out[:, :] = 0
-        buf = np.empty((_LEFT_ROW_BLOCK, b), X.dtype)
-        for ib in range(t, nblk, nt):
-            i0 = ib * _LEFT_ROW_BLOCK
-            i1 = min(m, i0 + _LEFT_ROW_BLOCK)
-            for a in range(b):
-                xa = X[a]
-                for i in range(i0, i1):
-                    buf[i - i0, a] = xa[i]
-            for i in range(i0, i1):
-                x = buf[i - i0]
-                for p in range(indptr[i], indptr[i + 1]):
-                    v = data[p]
-                    o = out[indices[p]]
-                    for c in range(b):
-                        o[c] += v * x[c]
-
-
-def _k_dense_csc(XT, indptr, indices, data, out):  # pragma: no cover - compiled
-    """out (b, n) = X @ S for XT = X^T (k, b) and S in CSC: each thread computes a block of
-    columns as a (block, b) CSR-times-dense product (contiguous vector operations over b)
-    and writes its transpose into ``out``."""
-    b = XT.shape[1]
-    n = out.shape[1]
-    for jb in prange((n + _LEFT_COL_BLOCK - 1) // _LEFT_COL_BLOCK):
-        j0 = jb * _LEFT_COL_BLOCK
-        j1 = min(n, j0 + _LEFT_COL_BLOCK)
-        buf = np.zeros((_LEFT_COL_BLOCK, b), XT.dtype)
-        for j in range(j0, j1):
-            o = buf[j - j0]
-            for p in range(indptr[j], indptr[j + 1]):
-                v = data[p]
-                x = XT[indices[p]]
-                for c in range(b):
-                    o[c] += v * x[c]
-        for a in range(b):
-            oa = out[a]
-            for j in range(j0, j1):
-                oa[j] = buf[j - j0, a]
-
-
-def _kernel(name: str):
-    k = _KERNELS.get(name)
-    if k is None:
-        import numba
-        globals()["prange"] = numba.prange
-        k = numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)(globals()[name])
-        _KERNELS[name] = k
-    return k
-
-
-def _host_empty(shape, dtype, align: int = 64) -> np.ndarray:
-    """Uninitialised 64-byte aligned array: ``jax.device_put`` then aliases it (no copy)."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    buf = np.empty(nbytes + align, np.uint8)
-    off = (-buf.ctypes.data) % align
-    return buf[off:off + nbytes].view(dtype).reshape(shape)
-
-
-def _host_spmm(X, indptr_r, idx_r, data_r, indptr_c, idx_c, data_c, shape, left):
-    """Host (numpy) sparse product: ``S @ X`` (left=False) or ``X @ S`` (left=True) for S of
-    ``shape`` given in CSR (``*_r``) and CSC (``*_c``) order; returns an aligned array."""
-    import numba
-    m, n = shape
-    X = np.ascontiguousarray(X)
-    if not left:
-        out = _host_empty((m, X.shape[1]), X.dtype)
-        _kernel("_k_csr_dense")(indptr_r, idx_r, data_r, X, out)
-        return out
-    b = X.shape[0]
-    nt = int(numba.get_num_threads())
-    if nt * n * b <= _LEFT_ACC_ELEMS:
-        acc = np.empty((nt, n, b), X.dtype)
-        _kernel("_k_dense_csr")(X, indptr_r, idx_r, data_r, acc)
-        out = _host_empty((b, n), X.dtype)
-        out[...] = acc.sum(0).T
-    elif m <= _SMALL_DIM:
-        out = _host_empty((b, n), X.dtype)
-        _kernel("_k_dense_csc")(np.ascontiguousarray(X.T), indptr_c, idx_c, data_c, out)
-    else:  # both large: (S^T X^T)^T with two transposes (regular memory traffic)
-        tmp = _host_empty((n, b), X.dtype)
-        _kernel("_k_csr_dense")(indptr_c, idx_c, data_c, np.ascontiguousarray(X.T), tmp)
-        out = _host_empty((b, n), X.dtype)
-        out[...] = tmp.T
-    return out
-
-
-def _concrete_on_cpu(*arrays) -> bool:
-    """True when no argument is a tracer and every jax array lives on a CPU device: the host
-    kernels (numba) can then run directly on the buffers, without ``pure_callback``."""
-    for x in arrays:
-        if isinstance(x, jax.core.Tracer):
-            return False
-        if isinstance(x, jax.Array) and any(d.platform != "cpu" for d in x.devices()):
-            return False
-    return True
-
-
-def _spmm_callback(X, arrays, shape, left):
-    """``_host_spmm`` through ``jax.pure_callback`` (CPU, inside jit/vmap).
-
-    64-bit floats cross the boundary bit-cast to uint32 pairs: callbacks run on XLA's
-    threads, which do not see a thread-local ``jax.enable_x64`` context."""
-    dt = np.dtype(X.dtype)
-    wide = dt.itemsize == 8
-
-    def pack(x):
-        return jax.lax.bitcast_convert_type(x, jnp.uint32) if wide else x
-
-    def unpack(x):
-        x = np.ascontiguousarray(x)
-        return x.view(dt)[..., 0] if wide else x
-
-    def host(X, ip_r, i_r, d_r, ip_c, i_c, d_c):
-        out = _host_spmm(unpack(X), np.asarray(ip_r), np.asarray(i_r), unpack(d_r),
-                         np.asarray(ip_c), np.asarray(i_c), unpack(d_c), shape, left)
-        return out.view(np.uint32).reshape(out.shape + (2,)) if wide else out
-
-    ip_r, i_r, d_r, ip_c, i_c, d_c = arrays
-    out_shape = (X.shape[0], shape[1]) if left else (shape[0], X.shape[1])
-    res = jax.pure_callback(
-        host, jax.ShapeDtypeStruct(out_shape + ((2,) if wide else ()),
-                                   jnp.uint32 if wide else dt),
-        pack(X), ip_r, i_r, pack(d_r), ip_c, i_c, pack(d_c), vmap_method="sequential")
-    return jax.lax.bitcast_convert_type(res, dt) if wide else res
-
-
+# (``experiments/bench_operators.py``). The products are therefore JAX primitives
+# (:mod:`rdr_jax._kernels`): on CPU they run numba kernels that stream the CSR/CSC arrays
+# once, write each output element once and are parallel without atomics, reached from
+# inside ``jit`` through the XLA FFI (no operand copies, no Python on the call path); on
+# GPU/TPU they lower to the sorted segment sums of :func:`_spmm_xla`. The same call is fast
+# eagerly and inside ``jit``, differentiable (``grad``/``jvp``/``vjp``: the transpose of
+# ``X -> S X`` is ``G -> S^T G``, the same kernel on the CSC arrays) and batchable.
 def _kernel_arrays(S):
-    return (S.indptr_r, S.col_r, S.data_r, S.indptr_c, S.row_c, S.data_c)
+    """The eight arrays of a SparseOperator in :data:`rdr_jax._kernels.ARRAY_FIELDS` order."""
+    return (S.data_r, S.row_r, S.col_r, S.indptr_r, S.data_c, S.row_c, S.col_c, S.indptr_c)
 
 
 def _spmm_xla(X, S, left):
-    """XLA path (GPU/TPU, complex, tangents): sorted segment sums over CSR (``S @ X``) or
-    CSC order (``X @ S = (S^H X^H)^H``)."""
-    if not left:
-        return S._segment_product(S.data_r, S.col_r, S.row_r, S.shape[0], X)
-    return S._segment_product(S.data_c.conj(), S.row_c, S.col_c, S.shape[1],
-                              X.conj().T).conj().T
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _spmm_cpu_or_xla(X, S, left):
-    return jax.lax.platform_dependent(
-        X, S, cpu=lambda X, S: _spmm_callback(X, _kernel_arrays(S), S.shape, left),
-        default=lambda X, S: _spmm_xla(X, S, left))
-
-
-@_spmm_cpu_or_xla.defjvp
-def _spmm_jvp(left, primals, tangents):
-    # The product is bilinear in (X, S.data). Tangents go through the XLA path, which JAX can
-    # also transpose (reverse mode); the host callback has no autodiff rules.
-    X, S = primals
-    dX, dS = tangents
-    Sd = dataclasses.replace(S, data_r=dS.data_r, data_c=dS.data_c)
-    return (_spmm_cpu_or_xla(X, S, left),
-            _spmm_xla(dX, S, left) + _spmm_xla(X, Sd, left))
+    """XLA formula (any dtype; the GPU/TPU lowering of the sparse product primitive): sorted
+    segment sums over CSR (``S @ X``) or CSC order (``X @ S = (S^H X^H)^H``), with the
+    (nnz x b) intermediate built in column blocks of ``_SPARSE_CHUNK_ELEMS`` elements."""
+    from rdr_jax import _kernels as K
+    return K.spmm_xla(X, _kernel_arrays(S), S.shape, left, _SPARSE_CHUNK_ELEMS)
 
 
 def _spmm(X, S, left: bool):
-    """``S @ X`` (left=False) or ``X @ S`` (left=True) for a SparseOperator S.
+    """``S @ X`` (left=False) or ``X @ S`` (left=True) for a SparseOperator S, as one
+    primitive call (:func:`rdr_jax._kernels.sparse_matmul`) whatever the context (eager,
+    ``jit``, ``vmap``, ``grad``).
 
-    Real float32/float64 on CPU use the numba kernels: called directly on the buffers outside
-    jit (the result is aliased, not copied), through ``pure_callback`` inside jit/vmap (with a
-    ``custom_jvp`` so ``jax.grad``/``jax.jvp`` work, their tangents through XLA). GPU/TPU and
-    complex dtypes use XLA's sorted segment sums.
+    Complex products are assembled from real ones, ``(S_r + i S_i)(X_r + i X_i) = (S_r X_r -
+    S_i X_i) + i (S_r X_i + S_i X_r)``, with ``[X_r | X_i]`` stacked so that each real part of
+    S is applied once (one product for a real S, two for a complex S). Other dtypes (e.g.
+    bfloat16) use the XLA formula.
     """
-    dt = jnp.result_type(S.dtype, X.dtype)
-    X = X.astype(dt)
-    if S.dtype != dt:
-        S = dataclasses.replace(S, data_r=S.data_r.astype(dt), data_c=S.data_c.astype(dt))
-    if np.dtype(dt) not in (np.dtype(np.float32), np.dtype(np.float64)):
-        return _spmm_xla(X, S, left)
-    arrays = _kernel_arrays(S)
-    if _concrete_on_cpu(X, *arrays):
-        host = [np.asarray(a) for a in arrays]
-        return jax.device_put(_host_spmm(np.asarray(X), *host, S.shape, left))
-    return _spmm_cpu_or_xla(X, S, left)
+    from rdr_jax import _kernels as K
+    dt = np.dtype(jnp.result_type(S.dtype, X.dtype))
+    if dt not in (np.float32, np.float64, np.complex64, np.complex128):
+        return _spmm_xla(X.astype(dt), S, left)
+    rdt = V.real_dtype(dt)
+    shape, chunk = S.shape, _SPARSE_CHUNK_ELEMS
+
+    def mm(Z, part):  # the real or imaginary part of S applied to a real Z
+        a = _kernel_arrays(S)
+        vr, vc = (getattr(jnp, part)(v).astype(rdt) for v in (a[0], a[4]))
+        return K.sparse_matmul(Z, (vr,) + a[1:4] + (vc,) + a[5:], shape, left, chunk)
+
+    if dt.kind == "f":
+        return mm(X.astype(dt), "real")
+    s_complex = np.dtype(S.dtype).kind == "c"
+    if not jnp.iscomplexobj(X):  # real X, complex S: S_r X + i S_i X
+        Xr = X.astype(rdt)
+        return jax.lax.complex(mm(Xr, "real"), mm(Xr, "imag")).astype(dt)
+    axis = 0 if left else 1
+    b = X.shape[axis]
+    Z = jnp.concatenate([X.real.astype(rdt), X.imag.astype(rdt)], axis=axis)
+    P = mm(Z, "real")  # [S_r X_r | S_r X_i] (stacked along the axis of X's columns/rows)
+    Pr, Pi = jnp.split(P, [b], axis=axis)
+    if not s_complex:
+        return jax.lax.complex(Pr, Pi).astype(dt)
+    Q = mm(Z, "imag")
+    Qr, Qi = jnp.split(Q, [b], axis=axis)
+    return jax.lax.complex(Pr - Qi, Pi + Qr).astype(dt)
 
 
 def _window_gather(indptr, data, other, I, width):
@@ -383,6 +227,15 @@ def _window_gather(indptr, data, other, I, width):
     pos = jnp.where(valid, pos, 0)
     vals = jnp.where(valid, data[pos], jnp.zeros((), data.dtype))
     return vals, other[pos]
+
+
+def _positions(sel, size, idx):
+    """Position of each entry's row/column ``idx`` in the selection ``sel`` (``len(sel)`` =
+    dropped when not selected); ``sel=None`` selects everything."""
+    if sel is None:
+        return idx, size
+    k = sel.shape[0]
+    return jnp.full((size + 1,), k, jnp.int32).at[sel].set(jnp.arange(k, dtype=jnp.int32))[idx], k
 
 
 @_pytree(meta=("shape", "max_row_nnz", "max_col_nnz"))
@@ -485,19 +338,8 @@ class SparseOperator(LinearOperator):
     def _scatter_select(self, I, J):
         """``A[I][:, J]`` (``None``: all) by one scatter over the nonzeros, O(nnz); used when
         the window widths are not static (traced BCOO input)."""
-        m, n = self.shape
-        if I is None:
-            pi, ki = self.row_r, m
-        else:
-            ki = I.shape[0]
-            pi = jnp.full((m + 1,), ki, jnp.int32).at[I].set(
-                jnp.arange(ki, dtype=jnp.int32))[self.row_r]
-        if J is None:
-            pj, kj = self.col_r, n
-        else:
-            kj = J.shape[0]
-            pj = jnp.full((n + 1,), kj, jnp.int32).at[J].set(
-                jnp.arange(kj, dtype=jnp.int32))[self.col_r]
+        pi, ki = _positions(I, self.shape[0], self.row_r)
+        pj, kj = _positions(J, self.shape[1], self.col_r)
         return jnp.zeros((ki, kj), self.dtype).at[pi, pj].add(self.data_r, mode="drop")
 
     def to_scipy(self) -> sp.csr_matrix:
@@ -785,7 +627,12 @@ def as_operator(A: Any, *, name: str = "A") -> LinearOperator:
         _check_float(name, np.dtype(arr.dtype))
         if 0 in arr.shape:
             raise ValueError(f"{name} is empty (shape {arr.shape})")
-        V.check_array_values(name, arr)
+        if not isinstance(arr, jax.Array):
+            # host (numpy) inputs are checked here; a jax array lives on the device, so its
+            # finiteness is checked inside the computation (a host pass over A would cost
+            # ~ one GEMM): the algorithms warn from the running computation when their
+            # results are not finite (_validation.warn_nonfinite)
+            V.check_array_values(name, arr)
         return DenseOperator(jnp.asarray(arr))
     raise TypeError(f"{name} must be an array, scipy.sparse matrix, BCOO or LinearOperator; "
                     f"got {type(A).__name__}")

@@ -164,39 +164,111 @@ def test_factored_operator_type():
 
 
 def test_large_sparse_product_is_chunked(monkeypatch, rng):
-    """Products whose (nnz x b) intermediate exceeds the budget run in column blocks."""
+    """The XLA formula (GPU/TPU lowering) runs products whose (nnz x b) intermediate exceeds
+    the budget in column blocks."""
     import rdr_jax.operators as ops
     monkeypatch.setattr(ops, "_SPARSE_CHUNK_ELEMS", 64)
     S = sp.random(30, 20, density=0.3, random_state=rng)
     op = R.as_operator(S.astype(np.float32))
     X = rng.standard_normal((20, 7)).astype(np.float32)
-    np.testing.assert_allclose(np.asarray(op.matmat(jnp.asarray(X))), S @ X, rtol=1e-4,
-                               atol=1e-5)
+    for got in (ops._spmm_xla(jnp.asarray(X), op, False), op.matmat(jnp.asarray(X))):
+        np.testing.assert_allclose(np.asarray(got), S @ X, rtol=1e-4, atol=1e-5)
+    hlo = jax.jit(lambda X: ops._spmm_xla(X, op, False)).lower(jnp.asarray(X)).as_text()
+    assert hlo.count("concatenate") >= 1
 
 
 @pytest.mark.parametrize("acc, small", [(1 << 22, 1 << 16), (0, 1 << 16), (0, 0)])
-def test_sparse_cpu_kernels_match_xla_path_and_differentiate(acc, small, rng, monkeypatch):
-    """The numba CPU products (eager, jit, vmap) agree with the XLA segment sums; grad works."""
-    import rdr_jax.operators as ops
-    monkeypatch.setattr(ops, "_LEFT_ACC_ELEMS", acc)  # forces each X @ S strategy in turn
-    monkeypatch.setattr(ops, "_SMALL_DIM", small)
-    S = sp.random(40, 300, density=0.05, random_state=rng).astype(np.float32)
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_sparse_products_jit_eager_vmap_grad_match_dense(acc, small, dt, rng, monkeypatch):
+    """S @ X and X @ S (each X @ S strategy in turn) eager, in jit and under vmap agree with
+    the dense reference; grad/jvp/vjp and second order go through the same kernels."""
+    import rdr_jax._kernels as K
+    monkeypatch.setattr(K, "_LEFT_ACC_ELEMS", acc)
+    monkeypatch.setattr(K, "_SMALL_DIM", small)
+    monkeypatch.setattr(K, "_PARALLEL_WORK", 0)  # small products on several threads too
+    assert K._left_method(5, 40, 300, 600) == {(1 << 22, 1 << 16): "acc", (0, 1 << 16): "csc",
+                                          (0, 0): "csr_t"}[(acc, small)]
+    tol = 50 * rtol(dt)
+    with jax.enable_x64(dt == np.float64):
+        S = sp.random(40, 300, density=0.05, random_state=rng).astype(dt)
+        op = R.as_operator(S)
+        D = S.toarray().astype(np.float64)
+        X = jnp.asarray(rng.standard_normal((300, 3)).astype(dt))
+        Y = jnp.asarray(rng.standard_normal((5, 40)).astype(dt))
+        W = jnp.asarray(rng.standard_normal((2, 300)).astype(dt))
+        for got in (op.matmat(X), jax.jit(op.matmat)(X), jax.vmap(op.matmat)(X[None])[0]):
+            assert got.dtype == dt
+            np.testing.assert_allclose(np.asarray(got), D @ np.asarray(X), atol=tol)
+        # left products X @ S through the chosen host strategy
+        for S2, Z, D2 in ((op, Y, D), (op.H, W, D.T)):
+            want = np.asarray(Z, np.float64) @ D2
+            for got in (S2._lmatmat(Z), jax.jit(S2._lmatmat)(Z),
+                        jax.vmap(S2._lmatmat)(Z[:, None])[:, 0]):
+                np.testing.assert_allclose(np.asarray(got), want, atol=tol)
+        Xn = np.asarray(X, np.float64)
+        g = jax.grad(lambda X: 0.5 * jnp.sum(jax.jit(op.matmat)(X) ** 2))(X)
+        np.testing.assert_allclose(np.asarray(g), D.T @ (D @ Xn), atol=tol)
+        gl = jax.jit(jax.grad(lambda Z: 0.5 * jnp.sum(op.H._lmatmat(Z) ** 2)))(W)
+        np.testing.assert_allclose(np.asarray(gl), (np.asarray(W, np.float64) @ D.T) @ D,
+                                   atol=tol)
+        t = jax.jvp(op.matmat, (X,), (X,))[1]
+        np.testing.assert_allclose(np.asarray(t), D @ Xn, atol=tol)
+        _, vjp = jax.vjp(op._lmatmat, Y)
+        C = jnp.concatenate([W, W, W[:1]])  # a (5, 300) cotangent
+        np.testing.assert_allclose(np.asarray(vjp(C)[0]), np.asarray(C, np.float64) @ D.T,
+                                   atol=tol)
+        hvp = jax.jvp(jax.grad(lambda X: 0.5 * jnp.sum(op.matmat(X) ** 2)), (X,), (X,))[1]
+        np.testing.assert_allclose(np.asarray(hvp), D.T @ (D @ Xn), atol=tol)
+
+
+def test_sparse_product_grad_in_values_and_batched_operators(rng):
+    """Derivatives w.r.t. the nonzero values (XLA formula) and vmap over operators."""
+    import dataclasses
+    S = sp.random(12, 9, density=0.3, random_state=rng).astype(np.float32)
     op = R.as_operator(S)
-    D = S.toarray()
-    X = jnp.asarray(rng.standard_normal((300, 3)).astype(np.float32))
-    Y = jnp.asarray(rng.standard_normal((5, 40)).astype(np.float32))
-    W = jnp.asarray(rng.standard_normal((2, 300)).astype(np.float32))
-    for got in (op.matmat(X), jax.jit(op.matmat)(X), ops._spmm_xla(X, op, False)):
-        np.testing.assert_allclose(np.asarray(got), D @ np.asarray(X), rtol=1e-4, atol=1e-5)
-    # left products X @ S through each host strategy (CSR accumulators, CSC, transposes)
-    for S2, Z in ((op, Y), (op.H, W)):
-        want = np.asarray(Z) @ S2.to_scipy().toarray()
-        for got in (S2._lmatmat(Z), jax.jit(S2._lmatmat)(Z),
-                    jax.vmap(S2._lmatmat)(Z[:, None])[:, 0]):
-            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
-    g = jax.grad(lambda X: jnp.sum(jax.jit(op.matmat)(X) ** 2))(X)
-    np.testing.assert_allclose(np.asarray(g), 2 * D.T @ (D @ np.asarray(X)), rtol=1e-4, atol=1e-4)
-    gl = jax.grad(lambda Z: jnp.sum(op.H._lmatmat(Z) ** 2))(W)
-    np.testing.assert_allclose(np.asarray(gl), 2 * (np.asarray(W) @ D.T) @ D, rtol=1e-4, atol=1e-4)
-    t = jax.jvp(op.matmat, (X,), (X,))[1]
-    np.testing.assert_allclose(np.asarray(t), D @ np.asarray(X), rtol=1e-4, atol=1e-5)
+    X = jnp.asarray(rng.standard_normal((9, 2)).astype(np.float32))
+    G = jnp.asarray(rng.standard_normal((12, 2)).astype(np.float32))
+    g = jax.grad(lambda d: jnp.sum(G * dataclasses.replace(op, data_r=d).matmat(X)))(op.data_r)
+    rows = np.repeat(np.arange(12), np.diff(S.tocsr().indptr))
+    want = np.einsum("pc,pc->p", np.asarray(G)[rows], np.asarray(X)[np.asarray(op.col_r)])
+    np.testing.assert_allclose(np.asarray(g), want, rtol=1e-4, atol=1e-5)
+    ops2 = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), op,
+                                  dataclasses.replace(op, data_r=2 * op.data_r,
+                                                      data_c=2 * op.data_c))
+    got = jax.vmap(lambda o: o.matmat(X))(ops2)
+    np.testing.assert_allclose(np.asarray(got[1]), 2 * S.toarray() @ np.asarray(X),
+                               rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("s_complex", [False, True])
+def test_complex_sparse_products_use_real_kernels(s_complex, rng):
+    with jax.enable_x64(True):
+        S = sp.random(20, 15, density=0.3, random_state=rng).astype(np.complex128)
+        if s_complex:
+            S = S + 1j * sp.random(20, 15, density=0.3, random_state=rng)
+        op = R.as_operator(S)
+        D = S.toarray()
+        X = rng.standard_normal((15, 3)) + 1j * rng.standard_normal((15, 3))
+        Y = rng.standard_normal((4, 20)) + 1j * rng.standard_normal((4, 20))
+        Xr = rng.standard_normal((15, 3))
+        for got, want in ((op.matmat(jnp.asarray(X)), D @ X),
+                          (jax.jit(op.matmat)(jnp.asarray(Xr)), D @ Xr),
+                          (op._lmatmat(jnp.asarray(Y)), Y @ D),
+                          (op.rmatmat(jnp.asarray(Y.T)), D.conj().T @ Y.T)):
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12)
+        hlo = jax.jit(op.matmat).trace(jnp.asarray(X)).lower(
+            lowering_platforms=("cpu",)).as_text()
+        assert "custom_call @rdr_jax_csr_dense" in hlo
+        t = jax.jvp(op.matmat, (jnp.asarray(X),), (jnp.asarray(1j * X),))[1]
+        np.testing.assert_allclose(np.asarray(t), 1j * D @ X, rtol=1e-12, atol=1e-12)
+
+
+def test_sparse_product_lowering_ffi_on_cpu_xla_on_gpu_tpu(rng):
+    op = R.as_operator(sp.random(30, 20, density=0.2, random_state=rng).astype(np.float32))
+    X = jnp.ones((20, 2), jnp.float32)
+    f = jax.jit(lambda o, X: o.matmat(X) + o._lmatmat(X.T[:, :30]).sum())
+    hlo = f.trace(op, X).lower(lowering_platforms=("cpu",)).as_text()
+    assert "custom_call @rdr_jax_csr_dense" in hlo and "callback" not in hlo
+    for platform in ("cuda", "tpu"):
+        hlo = f.trace(op, X).lower(lowering_platforms=(platform,)).as_text()
+        assert "custom_call @rdr_jax" not in hlo

@@ -156,8 +156,11 @@ def _sparse_sign_case(dt, seed=0, m=SS_M, n=SS_N):
     return sk, A, np.asarray(sk.todense(), np.float64)
 
 
+@pytest.mark.parametrize("threads", ["serial", "parallel"])
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
-def test_sparse_sign_jit_eager_and_xla_match_dense_reference(dt):
+def test_sparse_sign_jit_eager_and_xla_match_dense_reference(dt, threads, monkeypatch):
+    from rdr_jax import _kernels
+    monkeypatch.setattr(_kernels, "_PARALLEL_WORK", 0 if threads == "parallel" else 1 << 62)
     with _x64(dt):
         sk, A, G = _sparse_sign_case(dt)
         want = G @ np.asarray(A, np.float64)
@@ -172,14 +175,19 @@ def test_sparse_sign_jit_eager_and_xla_match_dense_reference(dt):
             np.testing.assert_allclose(np.asarray(out, np.float64), want, atol=tol, err_msg=name)
 
 
-def test_sparse_sign_inside_jit_is_one_ffi_call_on_cpu():
-    """On CPU the jitted product is the typed-FFI kernel: no host callback, no scatter."""
-    if jax.default_backend() != "cpu":
-        pytest.skip("CPU lowering only")
+def test_sparse_sign_lowering_ffi_on_cpu_xla_on_gpu_tpu():
+    """On CPU the jitted product is the typed-FFI kernel (no host callback, no scatter); for
+    GPU/TPU the same primitives lower to XLA's scatter/gather (checked by lowering only)."""
     sk, A, _ = _sparse_sign_case(np.float32)
-    hlo = jax.jit(lambda s, A: s.apply(A)).lower(sk, A).as_text()
-    assert "rdr_jax_sparse_sign" in hlo
+    fwd = jax.jit(lambda s, A: s.apply(A))
+    bwd = jax.jit(jax.grad(lambda A, s: jnp.sum(s.apply(A) ** 2)))
+    hlo = fwd.trace(sk, A).lower(lowering_platforms=("cpu",)).as_text()
+    assert "custom_call @rdr_jax_sparse_sign" in hlo
     assert "callback" not in hlo and "scatter" not in hlo
+    for platform in ("cuda", "tpu"):
+        for f, args in ((fwd, (sk, A)), (bwd, (A, sk))):
+            hlo = f.trace(*args).lower(lowering_platforms=(platform,)).as_text()
+            assert "custom_call @rdr_jax" not in hlo and ("scatter" in hlo or "gather" in hlo)
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
@@ -257,8 +265,11 @@ def test_sparse_sign_complex_input(dt):
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
-def test_sparse_sign_times_sparse_matches_dense_reference(dt):
+def test_sparse_sign_times_sparse_matches_dense_reference(dt, monkeypatch):
     """Gamma @ S for a sparse S (CSC kernel): jit, eager, grad in S's values, vmap over keys."""
+    from rdr_jax import _kernels
+    if dt == np.float64:  # the parallel kernel (float32 takes the serial one: small product)
+        monkeypatch.setattr(_kernels, "_PARALLEL_WORK", 0)
     with _x64(dt):
         rng = np.random.default_rng(2)
         Sp = sp.random(SS_M, 9, density=0.05, random_state=rng).astype(dt)
