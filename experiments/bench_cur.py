@@ -106,6 +106,33 @@ def gemm_floor(Aj, k, l, repeats):
     return t
 
 
+def first_call_child(m, n, k, cache_dir):
+    """Runs in a subprocess: one default column ID, the first call of this process (trace +
+    compile or persistent-cache load + run); prints the seconds."""
+    jax.config.update("jax_compilation_cache_dir", cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    A, _ = slow_decay(m, n)
+    Aj = jax.block_until_ready(jnp.asarray(A))
+    key = jax.random.key(k)
+    jax.block_until_ready(key)
+    t = time.perf_counter()
+    jax.block_until_ready(R.interpolative(key, Aj, k))
+    print(json.dumps({"first_call_s": time.perf_counter() - t}))
+
+
+def first_call_times(m, n, k):
+    """First call in a new process with an empty, then a warm persistent compilation cache."""
+    import tempfile
+    out = []
+    with tempfile.TemporaryDirectory() as cache:
+        for _ in range(2):
+            r = subprocess.run([sys.executable, __file__, "--first-call-child",
+                                f"{m},{n},{k},{cache}"], check=True, capture_output=True,
+                               text=True)
+            out.append(json.loads(r.stdout.strip().splitlines()[-1])["first_call_s"])
+    return out[0], out[1]
+
+
 def bench_id(m, n, ks, repeats):
     import scipy.linalg.interpolative as sli
     A, s = slow_decay(m, n)
@@ -124,10 +151,9 @@ def bench_id(m, n, ks, repeats):
         row = {"k": k, "m": m, "n": n, "scipy_s": t_sc, "scipy_err_over_opt": e_sc / opt}
         print(f"  column ID k={k}: scipy interp_decomp {t_sc*1e3:8.1f} ms, "
               f"error/optimal {e_sc/opt:.3f}")
-        # defaults first, in a fresh signature: the first call includes compilation
-        t0 = time.perf_counter()
-        jax.block_until_ready(R.interpolative(jax.random.key(k), Aj, k))
-        t_first = time.perf_counter() - t0
+        # the first call of a new process (compile included): with an empty and with a warm
+        # persistent compilation cache
+        t_first, t_first_cached = first_call_times(m, n, k)
         floor = gemm_floor(Aj, k, k + 10, repeats)
         row["gemm_floor_s"] = floor
         variants = [("defaults", {}),
@@ -152,17 +178,22 @@ def bench_id(m, n, ks, repeats):
         d = row["defaults"]
         d["first_call_s"] = t_first
         d["first_call_speedup"] = t_sc / t_first
+        d["first_call_warm_cache_s"] = t_first_cached
+        d["first_call_warm_cache_speedup"] = t_sc / t_first_cached
         want = ID_TARGETS["speedup"].get(k, 25.0)
         checks = {f"warm speedup >= {want:g}x": d["speedup_vs_scipy"] >= want,
                   f"error <= {ID_TARGETS['err']}x scipy": d["err_vs_scipy"] <= ID_TARGETS["err"],
                   f"within {ID_TARGETS['floor']:g}x of the GEMM floor":
                       d["over_gemm_floor"] <= ID_TARGETS["floor"]}
         if i == 0:
-            checks[f"first call (compile included) >= {ID_TARGETS['first_call']:g}x"] = (
+            checks[f"first call, cold compile, >= {ID_TARGETS['first_call']:g}x"] = (
                 d["first_call_speedup"] >= ID_TARGETS["first_call"])
+            checks[f"first call, warm persistent cache, >= {ID_TARGETS['first_call']:g}x"] = (
+                d["first_call_warm_cache_speedup"] >= ID_TARGETS["first_call"])
         row["targets"] = checks
-        print(f"    defaults: GEMM floor {floor*1e3:.1f} ms; first call {t_first*1e3:.0f} ms "
-              f"({t_sc/t_first:.1f}x scipy)")
+        print(f"    defaults: GEMM floor {floor*1e3:.1f} ms; first call of a new process "
+              f"{t_first*1e3:.0f} ms ({t_sc/t_first:.1f}x scipy) with an empty compilation "
+              f"cache, {t_first_cached*1e3:.0f} ms ({t_sc/t_first_cached:.1f}x) with a warm one")
         for name, ok in checks.items():
             print(f"    target {name}: {'PASS' if ok else 'FAIL'}")
         p1 = row["Rand-LUPP-1piter"]["err_vs_scipy"]
@@ -224,7 +255,12 @@ def main(argv=None):
                     help="sketches for the SNN1e6 part (comma separated)")
     ap.add_argument("--snn1e6-child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--first-call-child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.first_call_child is not None:
+        m, n, k, cache = args.first_call_child.split(",", 3)
+        first_call_child(int(m), int(n), int(k), cache)
+        return None
     if args.snn1e6_child is not None:
         snn1e6_child(args.snn1e6_child, args.child_out, args.snn_sketch)
         return None

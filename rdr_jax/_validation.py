@@ -8,7 +8,6 @@ has already entered their own ``jit``/``vmap`` with the matrix as a traced argum
 
 from __future__ import annotations
 
-import functools
 import numbers
 from typing import Any
 
@@ -76,20 +75,16 @@ def check_array_values(name: str, a: Any) -> None:
             raise ValueError(f"{name} contains {bad} non-finite (NaN or Inf) entries")
 
 
-def _warn_nonfinite(ok, what):
+def warn_if_nonfinite(x: Any, what: str, stacklevel: int = 3) -> None:
+    """Eager calls only (no-op for tracers): warn when the (scalar or small) result ``x``
+    holds NaN or Inf -- the trace of NaN/Inf entries in a jax-array input, which is not
+    scanned at the boundary (that would be a host pass over A). Reads ``x`` (one small
+    device-to-host copy); under the caller's jit/vmap the NaN itself is the flag."""
     import warnings
-    if not np.all(np.asarray(ok)):
+    if is_concrete(x) and not np.all(np.isfinite(np.asarray(x))):
         warnings.warn(f"{what} is not finite: A contains NaN or Inf (jax-array inputs are "
-                      "checked inside the computation, not at the boundary)", RuntimeWarning,
-                      stacklevel=2)
-
-
-def warn_nonfinite(x: Any, what: str) -> None:
-    """Inside a (jitted) computation: emit a RuntimeWarning from the running computation
-    (``jax.debug.callback``) when ``x`` holds NaN or Inf. Costs one reduction over ``x``; no
-    host synchronisation of the caller."""
-    ok = jnp.isfinite(jnp.sum(jnp.abs(x)))
-    jax.debug.callback(functools.partial(_warn_nonfinite, what=what), ok)
+                      "checked through the result, not scanned at the boundary)",
+                      RuntimeWarning, stacklevel=stacklevel)
 
 
 def check_key(key: Any, name: str = "key") -> jax.Array:

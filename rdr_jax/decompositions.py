@@ -27,8 +27,11 @@ randomized LUPP of :mod:`rdr_jax.fixed_accuracy` inside the same jitted computat
 
 Inside ``jax.jit`` no value check can raise. What the caller gets instead: every result
 carries ``numerical_rank`` (the numerical rank of the skeleton block; ``< rank`` means k
-exceeded the numerical rank of A) and, by default, a ``RuntimeWarning`` is emitted from the
-running computation (``jax.debug.callback``), eagerly or under the caller's jit/vmap.
+exceeded the numerical rank of A; 0 means A is numerically zero), ``eta`` is NaN when A holds
+NaN/Inf, and in fixed-accuracy mode ``error_estimate > tol`` means max_rank was reached.
+Eager calls read these three scalars and warn (or raise, ``on_rank_deficient="raise"``). The
+jitted computations contain no host callbacks, so JAX's persistent compilation cache can
+store them (see the README's "Compile time").
 """
 
 from __future__ import annotations
@@ -260,37 +263,40 @@ def _row_space_residual_fro(op: LinearOperator, T):
     return s * jnp.sqrt(jnp.maximum(a2 - jnp.sum(jnp.abs(AQ / safe) ** 2), 0.0))
 
 
-def _warn_rank(numerical_rank, rank):
-    nr = np.asarray(numerical_rank)
-    rk = np.asarray(rank)
-    if np.any(nr < rk):
-        bad = int(np.min(nr))
-        if bad == 0:
-            warnings.warn(
-                "A is numerically zero (all entries zero, or subnormal: XLA flushes subnormal "
-                "numbers to zero); every skeleton is exact (error 0, eta 1). Rescale A if its "
-                "entries are below the smallest normal number of its dtype.", RuntimeWarning,
-                stacklevel=2)
-            return
+def _check_result(res, k, policy, tol=None):
+    """Eager calls: warn (or raise) from the result's flags -- ``numerical_rank`` (k above the
+    numerical rank of A, or A numerically zero), a non-finite ``eta`` (NaN/Inf in A) and, in
+    fixed-accuracy mode, an ``error_estimate`` above ``tol`` (max_rank reached). One small
+    device-to-host read of three scalars; skipped with ``on_rank_deficient="ignore"`` (then
+    only NaN is checked) and under the caller's jit/vmap (there the fields are the flags)."""
+    if not V.is_concrete(res.numerical_rank):
+        return
+    V.warn_if_nonfinite(res.eta, "the certificate eta", stacklevel=4)
+    if tol is not None and res.error_estimate is not None:
+        est = float(res.error_estimate)
+        if est > tol:
+            warnings.warn(f"tolerance {tol:g} not reached at max_rank = {k} (estimated "
+                          f"relative error {est:.3g}); raise max_rank", RuntimeWarning,
+                          stacklevel=3)
+    if policy == "ignore":
+        return
+    nr, rk = int(res.numerical_rank), int(res.rank)
+    if nr >= rk:
+        return
+    if nr == 0 and rk > 0:
         warnings.warn(
-            f"k = {int(np.max(rk))} exceeds the numerical rank of A (a selected skeleton has "
-            f"numerical rank {bad}); the factors are ill-conditioned. Use a smaller k or pass "
-            "a tolerance (e.g. interpolative(key, A, 1e-8)) to choose the rank. (The result's "
-            "numerical_rank field holds this value.)", RuntimeWarning, stacklevel=2)
-
-
-def _warn_tol(converged, tol, est, rank):
-    if not np.all(np.asarray(converged)):
-        warnings.warn(
-            f"tolerance {float(np.max(np.asarray(tol))):g} not reached at max_rank = "
-            f"{int(np.max(np.asarray(rank)))} (estimated relative error "
-            f"{float(np.max(np.asarray(est))):.3g}); raise max_rank", RuntimeWarning,
-            stacklevel=2)
-
-
-def _report(numerical_rank, rank, policy):
-    if policy == "warn":
-        jax.debug.callback(_warn_rank, numerical_rank, rank)
+            "A is numerically zero (all entries zero, or subnormal: XLA flushes subnormal "
+            "numbers to zero); every skeleton is exact (error 0, eta 1). Rescale A if its "
+            "entries are below the smallest normal number of its dtype.", RuntimeWarning,
+            stacklevel=3)
+        return
+    msg = (f"k = {k} exceeds the numerical rank of A (the selected skeleton has numerical "
+           f"rank {nr}); the factors are ill-conditioned. Use a smaller k or pass a tolerance "
+           "(e.g. interpolative(key, A, 1e-8)) to choose the rank. (The result's "
+           "numerical_rank field holds this value.)")
+    if policy == "raise":
+        raise ValueError(msg)
+    warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,7 +306,6 @@ class _Options:
     method: Method
     side: str = "column"
     certify: bool = False
-    policy: str = "warn"
 
 
 # --------------------------------------------------------------------------------------
@@ -321,8 +326,6 @@ def _column_id(key, op, k, l, opts: _Options):
         W, nr = Wsk, _skeleton_qr(C)[2]
     bound = eta * _row_space_residual_fro(op, Wsk) if opts.certify and certifiable else None
     rank = jnp.asarray(k, jnp.int32)
-    _report(nr, rank, opts.policy)
-    V.warn_nonfinite(W, "the interpolation matrix W")
     if opts.side == "column":
         return ColumnID(J, C, W, eta, rank, nr, bound)
     # Line 4 (two-sided): rows of C
@@ -353,8 +356,6 @@ def _cur(key, op, k, l, opts: _Options):
     if certify:
         bound = jnp.sqrt(1.0 + eta_r ** 2) * eta * _row_space_residual_fro(op, Wsk)
     rank = jnp.asarray(k, jnp.int32)
-    _report(nr, rank, opts.policy)
-    V.warn_nonfinite(U, "the CUR middle factor U")
     return CUR(I, J, C, U, R, eta, eta_r, rank, nr, bound)
 
 
@@ -377,7 +378,6 @@ def _interpolative_tol(key, op, tol, opts: _TolOptions):
     sel = FA.adaptive_column_skeletons(kr if side == "row" else kc, target, tol,
                                        block_size=opts.block_size, max_rank=opts.max_rank)
     J, rank, est = sel.cols, sel.rank, sel.error_estimate
-    jax.debug.callback(_warn_tol, sel.converged, tol, est, rank)
     valid = jnp.arange(J.shape[0]) < rank
     C = jnp.where(valid[None, :], target.cols(J), 0)
     eta = P.eta_from_interpolation(sel.W)
@@ -415,17 +415,6 @@ def _check_policy(p):
         raise ValueError(f"on_rank_deficient must be 'warn', 'raise' or 'ignore'; got {p!r}")
 
 
-def _raise_if_deficient(res, k, policy):
-    """``on_rank_deficient="raise"``: needs the concrete flag (eager calls only)."""
-    if policy != "raise" or not V.is_concrete(res.numerical_rank):
-        return
-    if int(np.min(np.asarray(res.numerical_rank))) < int(np.max(np.asarray(res.rank))):
-        raise ValueError(
-            f"k = {k} exceeds the numerical rank of A (the selected skeleton has numerical "
-            f"rank {int(np.min(np.asarray(res.numerical_rank)))}); use a smaller k or a "
-            "tolerance (interpolative(key, A, 1e-8)) to choose the rank")
-
-
 def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
                   sketch: Any = None, power_iters: int | None = None,
                   stable: bool | None = None, oversample: int | None = None,
@@ -461,9 +450,10 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
       interp: ``"exact"`` or ``"sketch"`` (overrides the method's; default ``"exact"``).
       certify: compute the Frobenius bound (dense/sparse inputs).
       on_rank_deficient: k above the numerical rank of A makes the skeleton
-        ill-conditioned. ``"warn"`` (default) emits a RuntimeWarning from the running
-        computation (also under jit/vmap); ``"raise"`` raises ValueError (eager calls; under
-        the caller's jit it cannot raise: read ``numerical_rank``); ``"ignore"``.
+        ill-conditioned. ``"warn"`` (default) warns and ``"raise"`` raises ValueError on
+        eager calls (after reading the scalar ``numerical_rank``); under the caller's
+        jit/vmap nothing can be raised: read ``numerical_rank``. ``"ignore"`` skips the read
+        (fully asynchronous dispatch).
       block_size, max_rank: fixed-accuracy mode only.
 
     Returns:
@@ -492,15 +482,17 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
         b = min(V.check_int("block_size", block_size, low=1), mn)
         cap = min(mn, 1024) if max_rank is None else V.check_int(
             "max_rank", max_rank, low=1, high=mn, high_desc=f"min(m, n) = {mn}")
-        return _interpolative_tol(key, op, jnp.asarray(tol, V.real_dtype(op.dtype)),
-                                  _TolOptions(side, m.interp, b, cap))
+        res = _interpolative_tol(key, op, jnp.asarray(tol, V.real_dtype(op.dtype)),
+                                 _TolOptions(side, m.interp, b, cap))
+        _check_result(res, cap, "ignore", tol)
+        return res
     k = check_rank(k, op.shape)
     m = resolve_method(method, sketch=sketch, power_iters=power_iters, stable=stable,
                        oversample=oversample, interp=interp)
     m.pivot.check_backend()
     l = sketch_size(m, k, op.shape, l)
-    res = _interpolative(key, op, k, l, _Options(m, side, bool(certify), on_rank_deficient))
-    _raise_if_deficient(res, k, on_rank_deficient)
+    res = _interpolative(key, op, k, l, _Options(m, side, bool(certify)))
+    _check_result(res, k, on_rank_deficient)
     return res
 
 
@@ -542,8 +534,8 @@ def cur(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = None,
                        oversample=oversample)
     m.pivot.check_backend()
     l = sketch_size(m, k, op.shape, l)
-    res = _cur(key, op, k, l, _Options(m, "cur", bool(certify), on_rank_deficient))
-    _raise_if_deficient(res, k, on_rank_deficient)
+    res = _cur(key, op, k, l, _Options(m, "cur", bool(certify)))
+    _check_result(res, k, on_rank_deficient)
     return res
 
 

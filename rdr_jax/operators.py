@@ -631,7 +631,7 @@ def as_operator(A: Any, *, name: str = "A") -> LinearOperator:
             # host (numpy) inputs are checked here; a jax array lives on the device, so its
             # finiteness is checked inside the computation (a host pass over A would cost
             # ~ one GEMM): the algorithms warn from the running computation when their
-            # results are not finite (_validation.warn_nonfinite)
+            # results are not finite (_validation.warn_if_nonfinite)
             V.check_array_values(name, arr)
         return DenseOperator(jnp.asarray(arr))
     raise TypeError(f"{name} must be an array, scipy.sparse matrix, BCOO or LinearOperator; "

@@ -142,7 +142,6 @@ def _rsvd_jit(key, op, k, l, sketch, power_iters, stable):
     B = op.rmatmat(Q).conj().T                                   # Q^H A  (l x n)
     Ut, s, Vt = jnp.linalg.svd(B, full_matrices=False)
     U = jnp.matmul(Q, Ut, precision=HIGHEST)
-    V.warn_nonfinite(s, "the singular value estimate")
     return RSVD(U[:, :k], s[:k], Vt[:k])
 
 
@@ -180,4 +179,6 @@ def rsvd(key, A: Any, k: int, *, oversample: int = 10, l: int | None = None,
         if k > l:
             raise ValueError(f"k must be <= l; got k = {k} > l = {l}")
     key, op, l, q, sk = _check_common(key, op, l, power_iters, sketch)
-    return _rsvd_jit(key, op, k, l, sk, q, bool(stable))
+    res = _rsvd_jit(key, op, k, l, sk, q, bool(stable))
+    V.warn_if_nonfinite(res.s[0], "the largest singular value estimate")
+    return res

@@ -456,7 +456,6 @@ def pivot_rows(key, C, k: int, method: Method, Uk=None, need_W: bool = True):
 @functools.partial(jax.jit, static_argnames=("k", "l", "method"))
 def _select_columns(key, op, k, l, method):
     J, W, eta, _ = pivot_columns(key, op, k, l, method, True)
-    V.warn_nonfinite(W, "the interpolation matrix W")
     return ColumnSelection(J, W, eta)
 
 
@@ -511,7 +510,9 @@ def select_columns(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = N
     """
     key, op, k, l, method = _boundary(key, A, k, method, l, dict(
         sketch=sketch, power_iters=power_iters, stable=stable, oversample=oversample))
-    return _select_columns(key, op, k, l, method)
+    res = _select_columns(key, op, k, l, method)
+    V.warn_if_nonfinite(res.eta, "the certificate eta")
+    return res
 
 
 def select_rows(key, A: Any, k: int, **kwargs) -> RowSelection:
