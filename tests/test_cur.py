@@ -130,7 +130,10 @@ def test_exact_rank_reconstruction(method, dtype, rng):
     A = low_rank(rng, m, n, k, dtype)
     key = jax.random.key(3)
     tol = tolerance(dtype)
-    for side in ("column", "row", "two_sided"):
+    # every side for Rand-LUPP; the column ID (the others are transposes / rows of C,
+    # covered there and in test_core_reference) for the other methods
+    sides = ("column", "row", "two_sided") if method == "Rand-LUPP" else ("column",)
+    for side in sides:
         d = R.interpolative(key, A, k, side=side, method=method)
         assert rel(A, d.todense()) < tol, (side, rel(A, d.todense()))
     c = R.cur(key, A, k, method=method)
