@@ -68,7 +68,7 @@ from jaxtyping import Array, Bool, Float
 from rdr_jax import _fp
 from rdr_jax import _validation as V
 from rdr_jax.norms import spectral_norm
-from rdr_jax.operators import HIGHEST, LinearOperator, _pytree, as_operator
+from rdr_jax.operators import HIGHEST, LinearOperator, pytree_dataclass, as_operator
 from rdr_jax.randomized_svd import RSVD, rsvd
 from rdr_jax.sketching import as_sketch, make_sketch
 
@@ -858,7 +858,7 @@ def unbiased_estimate(key: Any, s: Any, k: int, l: int, power_iters: int, *,
 # ======================================================================================
 # 4. Posterior residual-based bounds (Thm 3.3, Thm 3.4)
 # ======================================================================================
-@_pytree
+@pytree_dataclass
 class _ProjectedOperator(LinearOperator):
     """``(I - U U^H) A (I - V V^H)`` (U or V may be None: no projection on that side)."""
 

@@ -6,6 +6,7 @@ A linear operator ``A`` (m x n) exposes
 ``A.shape``, ``A.dtype``      static shape and dtype
 ``A.matmat(X)``               ``A @ X`` for a dense ``X`` of shape (n, b)
 ``A.rmatmat(Y)``              ``A^H @ Y`` (conjugate transpose; ``A^T`` for real A), Y (m, b)
+``A.lmatmat(X)``              ``X @ A`` for a dense ``X`` of shape (b, m) (left product)
 ``A.rows(I)``                 dense ``A[I, :]``,  shape (len(I), n)
 ``A.cols(J)``                 dense ``A[:, J]``,  shape (m, len(J))
 ``A.submatrix(I, J)``         dense ``A[I][:, J]``
@@ -49,8 +50,9 @@ HIGHEST = jax.lax.Precision.HIGHEST
 _SPARSE_CHUNK_ELEMS = 1 << 26
 
 
-def _pytree(cls=None, *, meta=()):
-    """Register a dataclass as a pytree with the given static (meta) fields."""
+def pytree_dataclass(cls=None, *, meta=()):
+    """Register a frozen dataclass as a pytree with the given static (meta) fields (used by the
+    operators, the sketches and the angles results)."""
     def wrap(c):
         c = dataclasses.dataclass(frozen=True, repr=False)(c)
         names = [f.name for f in dataclasses.fields(c)]
@@ -84,8 +86,9 @@ class LinearOperator:
         """
         return self.rmatmat(sketch.adjoint_dense(self.dtype)).conj().T
 
-    def _lmatmat(self, X):
-        """``X @ A`` for a dense ``X`` of shape (b, m) (internal; default ``(A^H X^H)^H``)."""
+    def lmatmat(self, X):
+        """``X @ A`` for a dense ``X`` of shape (b, m) (default ``(A^H X^H)^H``; sparse and
+        factored operators override it with a left product that needs no transposes)."""
         return self.rmatmat(jnp.asarray(X).conj().T).conj().T
 
     def todense(self):
@@ -109,7 +112,7 @@ def _dense_cols_from_matmat(op: LinearOperator, J):
 # --------------------------------------------------------------------------------------
 # Dense
 # --------------------------------------------------------------------------------------
-@_pytree
+@pytree_dataclass
 class DenseOperator(LinearOperator):
     """A dense matrix. ``matmat`` uses ``Precision.HIGHEST``."""
 
@@ -129,7 +132,7 @@ class DenseOperator(LinearOperator):
     def rmatmat(self, Y):
         return jnp.matmul(self.array.conj().T, Y, precision=HIGHEST)
 
-    def _lmatmat(self, X):
+    def lmatmat(self, X):
         return jnp.matmul(X, self.array, precision=HIGHEST)
 
     def rows(self, I):
@@ -238,7 +241,7 @@ def _positions(sel, size, idx):
     return jnp.full((size + 1,), k, jnp.int32).at[sel].set(jnp.arange(k, dtype=jnp.int32))[idx], k
 
 
-@_pytree(meta=("shape", "max_row_nnz", "max_col_nnz"))
+@pytree_dataclass(meta=("shape", "max_row_nnz", "max_col_nnz"))
 class SparseOperator(LinearOperator):
     """Sparse matrix stored in CSR order *and* CSC order.
 
@@ -363,7 +366,7 @@ class SparseOperator(LinearOperator):
     def rmatmat(self, Y):
         return self.H.matmat(Y)
 
-    def _lmatmat(self, X):
+    def lmatmat(self, X):
         return _spmm(jnp.asarray(X), self, left=True)
 
     def rows(self, I):
@@ -413,7 +416,7 @@ class SparseOperator(LinearOperator):
 # --------------------------------------------------------------------------------------
 # Implicit (user matmat / rmatmat)
 # --------------------------------------------------------------------------------------
-@_pytree(meta=("matmat_fn", "rmatmat_fn", "rows_fn", "cols_fn", "shape", "dtype_"))
+@pytree_dataclass(meta=("matmat_fn", "rmatmat_fn", "rows_fn", "cols_fn", "shape", "dtype_"))
 class ImplicitOperator(LinearOperator):
     """A matrix known only through ``matmat(X) = A @ X`` and ``rmatmat(Y) = A^H @ Y``.
 
@@ -517,7 +520,7 @@ def implicit_operator(matmat: Callable, rmatmat: Callable, shape: tuple[int, int
 # --------------------------------------------------------------------------------------
 # Factored L diag(d) R^H
 # --------------------------------------------------------------------------------------
-@_pytree
+@pytree_dataclass
 class FactoredOperator(LinearOperator):
     """``A = L diag(d) R^H`` with ``L`` (m x r), ``R`` (n x r) dense or sparse operators.
 
@@ -545,10 +548,10 @@ class FactoredOperator(LinearOperator):
 
     def rows(self, I):
         # (L[I] diag(d)) R^H, a left product with R^H: written in (k, n) order directly
-        return self.R.H._lmatmat(self.L.rows(I) * self.d[None, :])
+        return self.R.H.lmatmat(self.L.rows(I) * self.d[None, :])
 
-    def _lmatmat(self, X):
-        return self.R.H._lmatmat(self.L._lmatmat(X) * self.d[None, :])
+    def lmatmat(self, X):
+        return self.R.H.lmatmat(self.L.lmatmat(X) * self.d[None, :])
 
     def cols(self, J):
         return self.L.matmat(self.d[:, None] * self.R.rows(J).conj().T)
@@ -567,7 +570,7 @@ class FactoredOperator(LinearOperator):
 
     def apply_sketch(self, sketch):
         SL = self.L.apply_sketch(sketch)  # l x r, the sketch meets only the sparse factor
-        return self.R.H._lmatmat(SL * self.d[None, :])  # (S L) diag(d) R^H, in (l, n) order
+        return self.R.H.lmatmat(SL * self.d[None, :])  # (S L) diag(d) R^H, in (l, n) order
 
 
 def factored_operator(L, d, R) -> FactoredOperator:

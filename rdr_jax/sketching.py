@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rdr_jax import _validation as V
-from rdr_jax.operators import HIGHEST, _pytree, as_operator
+from rdr_jax.operators import HIGHEST, pytree_dataclass, as_operator
 
 __all__ = ["gaussian", "srtt", "sparse_sign", "make_sketch", "as_sketch", "SKETCHES",
            "Gaussian", "SRTT", "SparseSign", "GaussianSketch", "SRTTSketch", "SparseSignSketch",
@@ -130,7 +130,7 @@ def _hash_normal(key, shape, dtype):
     return (np.sqrt(2.0) * jax.lax.erf_inv(v.astype(dtype))).astype(dtype)
 
 
-@_pytree(meta=("l", "m", "dtype_", "generator"))
+@pytree_dataclass(meta=("l", "m", "dtype_", "generator"))
 class GaussianSketch(_Sketch):
     """Gaussian embedding with i.i.d. ``N(0, 1/l)`` entries (complex: ``CN(0, 1/l)``).
 
@@ -159,7 +159,7 @@ class GaussianSketch(_Sketch):
     def apply_sparse(self, S):
         """``Gamma @ S`` for a sparse S: the (l x m) Gamma times S from the left (numba kernel
         on CPU), without forming or transposing ``Gamma^H``."""
-        return S._lmatmat(self.todense(S.dtype))
+        return S.lmatmat(self.todense(S.dtype))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
@@ -229,7 +229,7 @@ _TRANSFORMS = {
 }
 
 
-@_pytree(meta=("l", "m", "dtype_", "transform", "permute"))
+@pytree_dataclass(meta=("l", "m", "dtype_", "transform", "permute"))
 class SRTTSketch(_Sketch):
     """``Gamma = sqrt(m/l) P T Phi Pi`` (see :func:`srtt`)."""
 
@@ -313,7 +313,7 @@ def srtt(key, l: int, m: int, *, dtype=None, transform: str | None = None,
 # --------------------------------------------------------------------------------------
 # Sparse sign
 # --------------------------------------------------------------------------------------
-@_pytree(meta=("l", "m", "zeta", "dtype_"))
+@pytree_dataclass(meta=("l", "m", "zeta", "dtype_"))
 class SparseSignSketch(_Sketch):
     """``Gamma[rows[j, t], j] = signs[j, t]`` (signs are +-1/sqrt(zeta)); see :func:`sparse_sign`."""
 

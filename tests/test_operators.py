@@ -202,18 +202,18 @@ def test_sparse_products_jit_eager_vmap_grad_match_dense(acc, small, dt, rng, mo
         # left products X @ S through the chosen host strategy
         for S2, Z, D2 in ((op, Y, D), (op.H, W, D.T)):
             want = np.asarray(Z, np.float64) @ D2
-            for got in (S2._lmatmat(Z), jax.jit(S2._lmatmat)(Z),
-                        jax.vmap(S2._lmatmat)(Z[:, None])[:, 0]):
+            for got in (S2.lmatmat(Z), jax.jit(S2.lmatmat)(Z),
+                        jax.vmap(S2.lmatmat)(Z[:, None])[:, 0]):
                 np.testing.assert_allclose(np.asarray(got), want, atol=tol)
         Xn = np.asarray(X, np.float64)
         g = jax.grad(lambda X: 0.5 * jnp.sum(jax.jit(op.matmat)(X) ** 2))(X)
         np.testing.assert_allclose(np.asarray(g), D.T @ (D @ Xn), atol=tol)
-        gl = jax.jit(jax.grad(lambda Z: 0.5 * jnp.sum(op.H._lmatmat(Z) ** 2)))(W)
+        gl = jax.jit(jax.grad(lambda Z: 0.5 * jnp.sum(op.H.lmatmat(Z) ** 2)))(W)
         np.testing.assert_allclose(np.asarray(gl), (np.asarray(W, np.float64) @ D.T) @ D,
                                    atol=tol)
         t = jax.jvp(op.matmat, (X,), (X,))[1]
         np.testing.assert_allclose(np.asarray(t), D @ Xn, atol=tol)
-        _, vjp = jax.vjp(op._lmatmat, Y)
+        _, vjp = jax.vjp(op.lmatmat, Y)
         C = jnp.concatenate([W, W, W[:1]])  # a (5, 300) cotangent
         np.testing.assert_allclose(np.asarray(vjp(C)[0]), np.asarray(C, np.float64) @ D.T,
                                    atol=tol)
@@ -253,7 +253,7 @@ def test_complex_sparse_products_use_real_kernels(s_complex, rng):
         Xr = rng.standard_normal((15, 3))
         for got, want in ((op.matmat(jnp.asarray(X)), D @ X),
                           (jax.jit(op.matmat)(jnp.asarray(Xr)), D @ Xr),
-                          (op._lmatmat(jnp.asarray(Y)), Y @ D),
+                          (op.lmatmat(jnp.asarray(Y)), Y @ D),
                           (op.rmatmat(jnp.asarray(Y.T)), D.conj().T @ Y.T)):
             np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12)
         hlo = jax.jit(op.matmat).trace(jnp.asarray(X)).lower(
@@ -266,7 +266,7 @@ def test_complex_sparse_products_use_real_kernels(s_complex, rng):
 def test_sparse_product_lowering_ffi_on_cpu_xla_on_gpu_tpu(rng):
     op = R.as_operator(sp.random(30, 20, density=0.2, random_state=rng).astype(np.float32))
     X = jnp.ones((20, 2), jnp.float32)
-    f = jax.jit(lambda o, X: o.matmat(X) + o._lmatmat(X.T[:, :30]).sum())
+    f = jax.jit(lambda o, X: o.matmat(X) + o.lmatmat(X.T[:, :30]).sum())
     hlo = f.trace(op, X).lower(lowering_platforms=("cpu",)).as_text()
     assert "custom_call @rdr_jax_csr_dense" in hlo and "callback" not in hlo
     for platform in ("cuda", "tpu"):
