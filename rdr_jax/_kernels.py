@@ -831,7 +831,8 @@ def _sparse_sign_sparse_jvp(primals, tangents, *, l, n):
     return out, (functools.reduce(jnp.add, terms) if terms else jnp.zeros_like(out))
 
 
-def _sparse_sign_sparse_transpose(ct, data, rows, signs, row, col, indptr, *, l, n):
+def _sparse_sign_sparse_transpose(ct, *operands, l, n):
+    data, rows, signs, row, col, _ = operands   # the primitive's operands, as bound
     if type(ct) is ad.Zero:
         return [None] * 6
     # <G, Gamma S> = sum_{p, t} G[rows[row_p, t], col_p] signs[row_p, t] data_p
@@ -861,7 +862,7 @@ ad.primitive_transposes[sparse_sign_sparse_p] = _sparse_sign_sparse_transpose
 batching.primitive_batchers[sparse_sign_sparse_p] = _sparse_sign_sparse_batch
 
 
-def _sparse_sign_sparse_lower_cpu(ctx, data, rows, signs, row, col, indptr, *, l, n):
+def _sparse_sign_sparse_lower_cpu(ctx, *operands, l, n):
     a_d, a_r, a_s = ctx.avals_in[:3]
     if _cpu_kernel_ok(a_d, a_s) and 0 not in a_d.shape + a_r.shape + (l, n):
         nt = _threads(a_d.shape[0] * a_r.shape[1])
@@ -871,7 +872,7 @@ def _sparse_sign_sparse_lower_cpu(ctx, data, rows, signs, row, col, indptr, *, l
                         row, data, nt=nt).T
     else:
         fn = functools.partial(sparse_sign_sparse_xla, l=l, n=n)
-    return mlir.lower_fun(fn, multiple_results=False)(ctx, data, rows, signs, row, col, indptr)
+    return mlir.lower_fun(fn, multiple_results=False)(ctx, *operands)
 
 
 mlir.register_lowering(sparse_sign_sparse_p,
@@ -976,8 +977,9 @@ ad.primitive_transposes[spmm_p] = _spmm_transpose
 batching.primitive_batchers[spmm_p] = _spmm_batch
 
 
-def _spmm_cpu(X, data_r, row_r, col_r, indptr_r, data_c, row_c, col_c, indptr_c, *, shape,
-              left, method, chunk):
+def _spmm_cpu(X, *arrays, shape, left, method, chunk):
+    # arrays: the SparseOperator's eight arrays in ARRAY_FIELDS order
+    data_r, row_r, col_r, indptr_r, data_c, row_c, col_c, indptr_c = arrays
     m, n = shape
     dt = X.dtype
     b = X.shape[0] if left else X.shape[1]

@@ -349,17 +349,6 @@ class SparseOperator(LinearOperator):
         return sp.csr_matrix((np.asarray(self.data_r), np.asarray(self.col_r),
                               np.asarray(self.indptr_r)), shape=self.shape)
 
-    def _segment_product(self, data, gather_idx, seg_idx, nseg, X):
-        def block(Xb):
-            prod = data[:, None] * Xb[gather_idx]
-            return jax.ops.segment_sum(prod, seg_idx, num_segments=nseg,
-                                       indices_are_sorted=True)
-        b = X.shape[1]
-        width = max(1, _SPARSE_CHUNK_ELEMS // max(1, data.shape[0]))
-        if b <= width:
-            return block(X)
-        return jnp.concatenate([block(X[:, s:s + width]) for s in range(0, b, width)], axis=1)
-
     def matmat(self, X):
         return _spmm(jnp.asarray(X), self, left=False)
 
