@@ -1,6 +1,7 @@
 """Shared fixtures: run tests in float32 (x64 off) and float64 (x64 on); import experiment
 scripts."""
 
+import gc
 import importlib.util
 import os
 import sys
@@ -17,6 +18,32 @@ if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 import jax
 import numpy as np
 import pytest
+
+
+def _memory_maps() -> int:
+    try:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+    except OSError:          # not Linux
+        return 0
+
+
+#: release compiled executables when a worker holds more memory maps than this
+_MAP_LIMIT = 20000
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_executables():
+    """Free JAX's compiled executables after a test module when the process holds many
+    memory mappings. Every XLA:CPU executable keeps its JIT-compiled code in its own
+    mappings (~10 per executable) until ``jax.clear_caches()``; one worker of the full suite
+    compiles thousands of functions and passed Linux's ``vm.max_map_count`` (65530), after
+    which LLVM's ``mmap`` fails ("LLVM compilation error: Cannot allocate memory") and the
+    worker crashes inside a compile."""
+    yield
+    if _memory_maps() > _MAP_LIMIT:
+        jax.clear_caches()
+        gc.collect()
 
 
 @pytest.fixture(params=["float32", "float64"])
