@@ -24,14 +24,17 @@ Chapter 2 (randomized pivoting ID/CUR), one module per responsibility:
 * :mod:`rdr_jax.fixed_accuracy` -- blocked randomized LUPP to a tolerance;
 * :mod:`rdr_jax.streaming` -- the one-pass Algorithm ``algo:sketch_pivot_CUR_online``;
 * :mod:`rdr_jax.diagnostics` -- exact errors, certificates, reference singular values
-  (host side).
+  (host side);
+* :mod:`rdr_jax.certify` -- a posteriori error certificates with a stated probability for
+  any low-rank approximation (:func:`error_certificate`; beyond the thesis).
 
 Chapter 3 (canonical angles): :mod:`rdr_jax.angles`.
 """
 
 from rdr_jax import datasets, matrices, norms, operators, sketching
 from rdr_jax import angles
-from rdr_jax import decompositions, diagnostics, fixed_accuracy, pivoting, selection, streaming
+from rdr_jax import certify, decompositions, diagnostics, fixed_accuracy, pivoting, selection, streaming
+from rdr_jax.certify import ErrorCertificate, error_certificate
 from rdr_jax.decompositions import CUR, ColumnID, RowID, TwoSidedID, cur, id_to_svd, interpolative
 from rdr_jax.diagnostics import (Certificate, LowRankError, certificate, exact_singular_values,
                                  lowrank_error)
@@ -57,9 +60,10 @@ from rdr_jax.streaming import (StreamingSkeletons, cur_from_skeletons, retrieve_
 __version__ = "0.1.0"
 
 __all__ = [
-    "angles", "decompositions", "diagnostics", "fixed_accuracy", "pivoting", "selection",
+    "angles", "certify", "decompositions", "diagnostics", "fixed_accuracy", "pivoting", "selection",
     "streaming", "datasets", "matrices", "norms", "operators", "sketching",
     "CUR", "ColumnID", "RowID", "TwoSidedID", "cur", "id_to_svd", "interpolative",
+    "ErrorCertificate", "error_certificate",
     "Certificate", "LowRankError", "certificate", "exact_singular_values", "lowrank_error",
     "frobenius_norm", "spectral_norm", "spectral_norm_upper",
     "DenseOperator", "FactoredOperator", "ImplicitOperator", "LinearOperator", "SparseOperator",

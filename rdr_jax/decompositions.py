@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rdr_jax import _validation as V
+from rdr_jax import certify as CE
 from rdr_jax import fixed_accuracy as FA
 from rdr_jax import pivoting as P
 from rdr_jax.operators import HIGHEST, DenseOperator, LinearOperator, SparseOperator, as_operator
@@ -69,7 +70,11 @@ class ColumnID(NamedTuple):
     arrays padded to ``max_rank`` by zeros: see :meth:`trim`); numerical_rank: numerical
     rank of C (``< rank`` flags k above the numerical rank of A); bound: Frobenius bound
     ``eta ||A - A T^+ T||_F`` on ``||A - C C^+ A||_F`` (None unless ``certify``);
-    error_estimate: relative Frobenius error estimate (fixed-accuracy mode; else None).
+    error_estimate: relative Frobenius error estimate (fixed-accuracy mode; else None);
+    error_bound: fixed accuracy with ``confidence``: relative Frobenius bound that holds
+    with probability >= confidence (exact for dense/sparse A with ``interp="exact"``; NaN
+    when tol could not be certified); error_certificate: :class:`rdr_jax.ErrorCertificate`
+    of the returned factors when ``confidence`` is given (else None).
     """
 
     cols: jax.Array
@@ -80,6 +85,8 @@ class ColumnID(NamedTuple):
     numerical_rank: jax.Array
     bound: Optional[jax.Array] = None
     error_estimate: Optional[jax.Array] = None
+    error_bound: Optional[jax.Array] = None
+    error_certificate: Optional[CE.ErrorCertificate] = None
 
     def factors(self):
         """``(F, G, H)`` with ``A_hat = F G H^H``."""
@@ -106,6 +113,8 @@ class RowID(NamedTuple):
     numerical_rank: jax.Array
     bound: Optional[jax.Array] = None
     error_estimate: Optional[jax.Array] = None
+    error_bound: Optional[jax.Array] = None
+    error_certificate: Optional[CE.ErrorCertificate] = None
 
     def factors(self):
         return self.W, None, self.R.conj().T
@@ -135,6 +144,8 @@ class TwoSidedID(NamedTuple):
     numerical_rank: jax.Array
     bound: Optional[jax.Array] = None
     error_estimate: Optional[jax.Array] = None
+    error_bound: Optional[jax.Array] = None
+    error_certificate: Optional[CE.ErrorCertificate] = None
 
     def factors(self):
         return self.W_rows, self.S, self.W_cols.conj().T
@@ -154,7 +165,8 @@ class CUR(NamedTuple):
 
     rows, cols (k,); C (m x k); U (k x k) = ``C^+ A R^+``; R (k x n); eta (columns) and
     eta_rows (rows on C) certificates; rank, numerical_rank as :class:`ColumnID`; bound:
-    Frobenius bound ``sqrt(1 + eta_rows^2) eta ||A - A T^+ T||_F`` (None unless certified).
+    Frobenius bound ``sqrt(1 + eta_rows^2) eta ||A - A T^+ T||_F`` (None unless certified);
+    error_certificate: :class:`rdr_jax.ErrorCertificate` when ``confidence`` is given.
     """
 
     rows: jax.Array
@@ -167,6 +179,7 @@ class CUR(NamedTuple):
     rank: jax.Array
     numerical_rank: jax.Array
     bound: Optional[jax.Array] = None
+    error_certificate: Optional[CE.ErrorCertificate] = None
 
     def factors(self):
         return self.C, self.U, self.R.conj().T
@@ -272,7 +285,14 @@ def _check_result(res, k, policy, tol=None):
     if not V.is_concrete(res.numerical_rank):
         return
     V.warn_if_nonfinite(res.eta, "the certificate eta", stacklevel=4)
-    if tol is not None and res.error_estimate is not None:
+    eb = getattr(res, "error_bound", None)
+    if tol is not None and eb is not None:
+        bound = float(eb)
+        if not bound <= tol:
+            warnings.warn(f"tolerance {tol:g} could not be certified by max_rank = {k} "
+                          f"(certified relative bound {bound:.3g}); raise max_rank",
+                          RuntimeWarning, stacklevel=3)
+    elif tol is not None and res.error_estimate is not None:
         est = float(res.error_estimate)
         if est > tol:
             warnings.warn(f"tolerance {tol:g} not reached at max_rank = {k} (estimated "
@@ -306,6 +326,7 @@ class _Options:
     method: Method
     side: str = "column"
     certify: bool = False
+    delta: Optional[float] = None     # error certificate at failure probability delta
 
 
 # --------------------------------------------------------------------------------------
@@ -333,13 +354,29 @@ def _column_id(key, op, k, l, opts: _Options):
     return TwoSidedID(I, J, Wr, C[I], W, eta, eta_r, rank, nr, bound)
 
 
+#: the certificate's test vectors come from ``fold_in(key, _CERT_STREAM)``: a stream the
+#: decomposition never uses, so they are independent of the factors they certify
+_CERT_STREAM = 0x5EED
+
+
+def _with_certificate(res, key, op, delta):
+    """``res`` with its :class:`~rdr_jax.certify.ErrorCertificate` (when ``delta``)."""
+    if delta is None:
+        return res
+    cert = CE.certify_factors(jax.random.fold_in(key, _CERT_STREAM), op, *res.factors(),
+                              CE.DEFAULT_NUM_VECTORS, delta)
+    return res._replace(error_certificate=cert)
+
+
 @functools.partial(jax.jit, static_argnames=("k", "l", "opts"))
 def _interpolative(key, op, k, l, opts: _Options):
     if opts.side == "row":
         res = _column_id(key, op.H, k, l, dataclasses.replace(opts, side="column"))
-        return RowID(res.cols, res.W.conj().T, res.C.conj().T, res.eta, res.rank,
-                     res.numerical_rank, res.bound)
-    return _column_id(key, op, k, l, opts)
+        res = RowID(res.cols, res.W.conj().T, res.C.conj().T, res.eta, res.rank,
+                    res.numerical_rank, res.bound)
+    else:
+        res = _column_id(key, op, k, l, opts)
+    return _with_certificate(res, key, op, opts.delta)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "l", "opts"))
@@ -356,7 +393,8 @@ def _cur(key, op, k, l, opts: _Options):
     if certify:
         bound = jnp.sqrt(1.0 + eta_r ** 2) * eta * _row_space_residual_fro(op, Wsk)
     rank = jnp.asarray(k, jnp.int32)
-    return CUR(I, J, C, U, R, eta, eta_r, rank, nr, bound)
+    return _with_certificate(CUR(I, J, C, U, R, eta, eta_r, rank, nr, bound), key, op,
+                             opts.delta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -365,6 +403,7 @@ class _TolOptions:
     interp: str
     block_size: int
     max_rank: Optional[int]
+    delta: Optional[float] = None
 
 
 @functools.partial(jax.jit, static_argnames=("opts",))
@@ -375,32 +414,50 @@ def _interpolative_tol(key, op, tol, opts: _TolOptions):
     kc, kr = jax.random.split(key)
     side = opts.side
     target = op.H if side == "row" else op
+    confidence = None if opts.delta is None else 1.0 - opts.delta
     sel = FA.adaptive_column_skeletons(kr if side == "row" else kc, target, tol,
-                                       block_size=opts.block_size, max_rank=opts.max_rank)
-    J, rank, est = sel.cols, sel.rank, sel.error_estimate
+                                       block_size=opts.block_size, max_rank=opts.max_rank,
+                                       confidence=confidence)
+    J, rank, est, eb = sel.cols, sel.rank, sel.error_estimate, sel.error_bound
     valid = jnp.arange(J.shape[0]) < rank
     C = jnp.where(valid[None, :], target.cols(J), 0)
     eta = P.eta_from_interpolation(sel.W)
     if opts.interp == "sketch":
         W = sel.W
     else:
-        rank, W, est = FA.exact_prefix(target, J, C, rank, tol, estimate=est)
+        rank_x, W, rel = FA.exact_prefix(target, J, C, rank, tol, estimate=jnp.nan)
+        exact = ~jnp.isnan(rel)          # the prefix errors were computed exactly
+        est = jnp.where(exact, rel, est)
+        if eb is None:
+            rank = rank_x
+        else:   # certified mode: keep the certified W unless the exact errors are known
+            W = jnp.where(exact, W, sel.W)
+            rank = jnp.where(exact, rank_x, rank)
+            eb = jnp.where(exact, rel, eb)
         valid = jnp.arange(J.shape[0]) < rank
         J = jnp.where(valid, J, 0)
         C = jnp.where(valid[None, :], C, 0)
     nr = _skeleton_qr(C)[2]
     if side == "row":
-        return RowID(J, W.conj().T, C.conj().T, eta, rank, nr, None, est)
+        res = RowID(J, W.conj().T, C.conj().T, eta, rank, nr, None, est, eb)
+        return _with_certificate(res, key, op, opts.delta)
     if side == "column":
-        return ColumnID(J, C, W, eta, rank, nr, None, est)
+        return _with_certificate(ColumnID(J, C, W, eta, rank, nr, None, est, eb), key, op,
+                                 opts.delta)
     # two-sided: LUPP on the valid columns of C (padding columns are zero; the first `rank`
     # pivots depend only on them); W_rows = C S^+ with S = A(rows, cols) masked to the
-    # valid rank x rank block
+    # valid rank x rank block. W_rows = C S^{-1} by an LU solve (backward stable; S is the
+    # LUPP pivot block, so |W_rows| <= 1), with the padding block replaced by the identity;
+    # a pseudo-inverse would truncate S's small singular values (rcond ~ 10 k eps) and
+    # lose accuracy near full rank in float32.
     I = jnp.where(valid, P.lupp(C.T, C.shape[1]), 0)
     S = jnp.where(valid[:, None] & valid[None, :], C[I], 0)
-    Wr = _mm(C, jnp.linalg.pinv(S))
+    pad = jnp.diag((~valid).astype(S.dtype))
+    Wr = jnp.linalg.solve((S + pad).T, C.T).T
+    Wr = jnp.where(jnp.all(jnp.isfinite(Wr)), Wr, _mm(C, jnp.linalg.pinv(S)))
     eta_r = P.eta_from_interpolation(Wr.T)
-    return TwoSidedID(I, J, Wr, S, W, eta, eta_r, rank, nr, None, est)
+    return _with_certificate(TwoSidedID(I, J, Wr, S, W, eta, eta_r, rank, nr, None, est, eb),
+                             key, op, opts.delta)
 
 
 # --------------------------------------------------------------------------------------
@@ -420,7 +477,7 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
                   stable: bool | None = None, oversample: int | None = None,
                   l: int | None = None, interp: str | None = None, certify: bool = False,
                   on_rank_deficient: str = "warn", block_size: int = 16,
-                  max_rank: int | None = None):
+                  max_rank: int | None = None, confidence: float | None = None):
     """Randomized interpolative decomposition (column, row or two-sided).
 
     Skeletons by Algorithm ``algo:sketch_pivot_CUR_general`` (default Rand-LUPP, Algorithm
@@ -455,6 +512,14 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
         jit/vmap nothing can be raised: read ``numerical_rank``. ``"ignore"`` skips the read
         (fully asynchronous dispatch).
       block_size, max_rank: fixed-accuracy mode only.
+      confidence: None, or a probability in (0, 1). The result then carries
+        ``error_certificate`` (:func:`rdr_jax.error_certificate` of the returned factors,
+        failure probability ``1 - confidence``, 20 Gaussian test vectors: one more pass
+        over A with 20 vectors). In fixed-accuracy mode it also changes the stopping rule:
+        the loop stops only when a *certified* bound is below ``tol``
+        (:mod:`rdr_jax.fixed_accuracy`, "Certified stopping"), so
+        ``||A - A_hat||_F <= tol ||A||_F`` holds with probability >= ``confidence``;
+        ``error_bound`` reports that bound (a warning when tol could not be certified).
 
     Returns:
       :class:`ColumnID`, :class:`RowID` or :class:`TwoSidedID`.
@@ -467,6 +532,7 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
     if side not in ("column", "row", "two_sided"):
         raise ValueError(f"side must be 'column', 'row' or 'two_sided'; got {side!r}")
     _check_policy(on_rank_deficient)
+    delta = FA.check_confidence(confidence)
     key = V.check_key(key)
     op = as_operator(A)
     if _is_tol(k):
@@ -483,7 +549,7 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
         cap = min(mn, 1024) if max_rank is None else V.check_int(
             "max_rank", max_rank, low=1, high=mn, high_desc=f"min(m, n) = {mn}")
         res = _interpolative_tol(key, op, jnp.asarray(tol, V.real_dtype(op.dtype)),
-                                 _TolOptions(side, m.interp, b, cap))
+                                 _TolOptions(side, m.interp, b, cap, delta))
         _check_result(res, cap, "ignore", tol)
         return res
     k = check_rank(k, op.shape)
@@ -491,7 +557,7 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
                        oversample=oversample, interp=interp)
     m.pivot.check_backend()
     l = sketch_size(m, k, op.shape, l)
-    res = _interpolative(key, op, k, l, _Options(m, side, bool(certify)))
+    res = _interpolative(key, op, k, l, _Options(m, side, bool(certify), delta))
     _check_result(res, k, on_rank_deficient)
     return res
 
@@ -499,7 +565,7 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
 def cur(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = None,
         power_iters: int | None = None, stable: bool | None = None,
         oversample: int | None = None, l: int | None = None, certify: bool = False,
-        on_rank_deficient: str = "warn") -> CUR:
+        on_rank_deficient: str = "warn", confidence: float | None = None) -> CUR:
     """Randomized CUR decomposition ``A ~ C U R`` (Eqs. ``eq:def_cur``, ``eq:cur_stable``).
 
     Columns by pivoting on a row-basis approximator, rows by pivoting on ``C`` (Algorithm
@@ -514,7 +580,9 @@ def cur(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = None,
 
     Args:
       key, A, k, method, sketch, power_iters, stable, oversample, l, certify,
-        on_rank_deficient: as :func:`interpolative` (k must be an int here).
+        on_rank_deficient, confidence: as :func:`interpolative` (k must be an int here;
+        ``confidence`` adds ``error_certificate``, an a posteriori bound on
+        ``||A - CUR||`` in both norms).
 
     Returns:
       :class:`CUR` ``(rows, cols, C, U, R, eta, eta_rows, rank, numerical_rank, bound)``.
@@ -524,6 +592,7 @@ def cur(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = None,
       >>> err = rdr_jax.lowrank_error(A, d)          # LowRankError(fro, spec, exact)
     """
     _check_policy(on_rank_deficient)
+    delta = FA.check_confidence(confidence)
     if _is_tol(k):
         raise TypeError("cur() takes an integer rank k; for a tolerance use "
                         "interpolative(key, A, tol, side='two_sided') or pick k from it")
@@ -534,7 +603,7 @@ def cur(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = None,
                        oversample=oversample)
     m.pivot.check_backend()
     l = sketch_size(m, k, op.shape, l)
-    res = _cur(key, op, k, l, _Options(m, "cur", bool(certify)))
+    res = _cur(key, op, k, l, _Options(m, "cur", bool(certify), delta))
     _check_result(res, k, on_rank_deficient)
     return res
 

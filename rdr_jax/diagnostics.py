@@ -28,7 +28,7 @@ from rdr_jax.operators import (HIGHEST, DenseOperator, FactoredOperator, LinearO
 from rdr_jax.randomized_svd import RSVD
 
 __all__ = ["LowRankError", "Certificate", "lowrank_error", "certificate",
-           "exact_singular_values", "factor_core"]
+           "exact_singular_values", "factor_core", "low_rank_factors"]
 
 
 class LowRankError(NamedTuple):
@@ -97,7 +97,11 @@ def _dense64(op: LinearOperator) -> np.ndarray:
     return D.astype(_wide(op.dtype))
 
 
-def _factors_of(approx, shape):
+def low_rank_factors(approx, shape) -> tuple:
+    """``(F, G, H)`` with ``A_hat = F G H^H`` (G None for the identity) from an ID/CUR result
+    (``.factors()``), an :class:`~rdr_jax.randomized_svd.RSVD` (``F = U diag(s)``,
+    ``H = V``) or a tuple ``(F, G, H)``; ValueError when the factors do not fit an A of
+    ``shape`` ("not an approximation of this A"), TypeError for anything else."""
     if isinstance(approx, RSVD):
         F, G, H = approx.U * approx.s[None, :], None, approx.Vt.conj().T
     elif hasattr(approx, "factors"):
@@ -157,7 +161,7 @@ def lowrank_error(A: Any, approx, *, key=None, dense_limit: int = 1 << 26,
       in the working precision (no warning there).
     """
     op = as_operator(A)
-    F, G, H = _factors_of(approx, op.shape)
+    F, G, H = low_rank_factors(approx, op.shape)
     if _traced(op, F, G, H):
         return _traced_error(op, F, G, H, key, dense_limit, num_matvecs)
     if isinstance(op, FactoredOperator):

@@ -34,6 +34,26 @@ so the functions here are pure under ``jax.jit`` (with ``A`` and ``tol`` as trac
 arguments) and ``jax.vmap`` over keys (a batched while loop). There are no host syncs, so
 no warning can be raised when ``tol`` is not reached: check ``converged``.
 
+Certified stopping (``confidence = 1 - delta``; beyond the thesis). The estimate above
+meets ``tol`` only on average. With a confidence, step 2 instead treats
+``||S||_F^2 <= tau_0 tol^2 ||A||_F^2`` (estimates) as a *candidate* stop and certifies it on
+``s_c = 24`` fresh Gaussian vectors ``Omega_c`` (independent of everything the residual
+``E_t = A - W A(I, :)`` was built from): with ``X = ||E_t Omega_c||_F^2 / s_c`` and the
+Chernoff factor ``tau_j`` of :mod:`rdr_jax.certify` (Eq. (F)) at failure probability
+``delta_j = delta / 2^(j + 1)`` for the j-th certification, stop when
+
+    ``X / tau_j <= tol^2 ||A||_F^2``,
+
+with ``||A||_F^2`` exact for dense and sparse A, and otherwise replaced by its lower bound
+``mean_t ||A omega_t||^2 / tau'_j`` over every vector drawn (upper-tail Chernoff factor,
+``delta_j`` then split in halves). A failed certification continues the loop. Every
+certification fails with probability at most its ``delta_j`` given the past, and
+``sum_j delta_j <= delta``, so by a union bound the returned ``W`` satisfies
+``||A - W A(I, :)||_F <= tol ||A||_F`` with probability >= 1 - delta whenever it is
+returned ``converged``. ``tau_0`` (the first check's factor) places candidates where the
+first certification is likely to pass; the price of the guarantee is a rank a little
+above the estimate-based one (the error must be ~1.8x below ``tol`` to certify).
+
 Scaling: every sketch is computed as ``2^k A Omega'`` with an exact power of two ``2^k``
 chosen so that ``|Y'| ~ 1`` (``k = 0``, i.e. bit-identical arithmetic, unless the data are
 within a factor ``2^(maxexp/4)`` of under/overflow): for dense and sparse inputs from the
@@ -60,7 +80,7 @@ import dataclasses
 import functools
 import math
 import numbers
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -68,6 +88,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Inexact, Int
 
 from rdr_jax import _fp
+from rdr_jax import certify as CE
 from rdr_jax import _validation as V
 from rdr_jax.operators import HIGHEST, DenseOperator, LinearOperator, SparseOperator, as_operator
 
@@ -93,7 +114,12 @@ class AdaptiveRows(NamedTuple):
       norm_estimate: estimated ``||A||_F`` (root of the mean of ``||A Omega||_F^2`` over all
         sketches drawn).
       converged: bool scalar, ``error_estimate <= tol`` (or an exactly zero residual).
-        False when ``max_rank`` was reached first (or a sketch was not finite).
+        False when ``max_rank`` was reached first (or a sketch was not finite). With
+        ``confidence``: the certified bound met ``tol``.
+      error_bound: with ``confidence`` only (else None): relative Frobenius bound
+        ``>= ||A - W A(rows, :)||_F / ||A||_F`` with probability >= ``confidence`` (see
+        "Certified stopping" in the module docstring); 0 for a numerically zero residual,
+        NaN when no certification passed.
     """
 
     rows: Int[Array, " r"]
@@ -102,6 +128,7 @@ class AdaptiveRows(NamedTuple):
     error_estimate: Float[Array, ""]
     norm_estimate: Float[Array, ""]
     converged: Bool[Array, ""]
+    error_bound: Any = None
 
 
 class AdaptiveColumns(NamedTuple):
@@ -110,7 +137,8 @@ class AdaptiveColumns(NamedTuple):
     Attributes:
       cols: (max_rank,) int32 skeleton column indices; ``cols[:rank]`` are valid, the rest 0.
       W: (max_rank, n); rows past ``rank`` are exactly 0 and ``W[:rank, cols[:rank]] = I``.
-      rank, error_estimate, norm_estimate, converged: as in :class:`AdaptiveRows`.
+      rank, error_estimate, norm_estimate, converged, error_bound: as in
+        :class:`AdaptiveRows`.
     """
 
     cols: Int[Array, " r"]
@@ -119,6 +147,7 @@ class AdaptiveColumns(NamedTuple):
     error_estimate: Float[Array, ""]
     norm_estimate: Float[Array, ""]
     converged: Bool[Array, ""]
+    error_bound: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +157,8 @@ class _Config:
     block_size: int   # b: rows added per step (<= max_rank)
     oversample: int   # p: extra sketch columns (b + p <= number of columns of the op)
     max_rank: int     # static cap on the rank; arrays are padded to it
+    delta: Optional[float] = None   # certified stopping: failure probability (1 - confidence)
+    cert_vectors: int = 24          # fresh Gaussian test vectors per certification
 
 
 class _State(NamedTuple):
@@ -140,6 +171,8 @@ class _State(NamedTuple):
     done: jax.Array
     converged: jax.Array
     k: jax.Array          # exponent of the power-of-two scaling 2^k of A
+    checks: jax.Array     # certifications done (confidence mode)
+    bound2: jax.Array     # last certified relative bound, squared (confidence mode)
 
 
 # --------------------------------------------------------------------------------------
@@ -225,6 +258,54 @@ def _extend(W, I, s, S, limit, floor, b):
     return W, I, s + g
 
 
+#: at most this many certifications per call (the j-th spends delta / 2^(j+1))
+MAX_CHECKS = 30
+
+
+def _exact_norm2(op, k0):
+    """``||2^k0 A||_F^2`` for dense and sparse inputs (exact), else None."""
+    if isinstance(op, DenseOperator):
+        return jnp.sum(jnp.abs(_fp.ldexp(op.array, k0)) ** 2)
+    if isinstance(op, SparseOperator):
+        return jnp.sum(jnp.abs(_fp.ldexp(op.data_r, k0)) ** 2)
+    return None
+
+
+def _certifier(op, key, cfg: _Config, rdt, k0):
+    """``certify(st, taken, k) -> (ok, bound^2)``: the certified stopping test of the
+    module docstring, on ``cfg.cert_vectors`` fresh Gaussian vectors (stream
+    ``fold_in(key', j + 1)`` for the j-th certification)."""
+    s_c = cfg.cert_vectors
+    _, sketch_c = _sketcher(op, jax.random.fold_in(key, 0x7FFFFFFF), s_c, rdt)
+    a2_exact = _exact_norm2(op, k0)
+    cplx = np.dtype(op.dtype).kind == "c"
+    dof = 2 if cplx else 1
+    share = 1.0 if a2_exact is not None else 0.5    # delta_j split between E and ||A||
+    l = cfg.block_size + cfg.oversample
+
+    def certify(st, taken, k, tol2):
+        Yc, _ = sketch_c(st.checks + 1, k)                 # 2^k A Omega_c, N(0, 1/s_c)
+        Sc = Yc - jnp.matmul(st.W, Yc[st.I], precision=HIGHEST)
+        Sc = jnp.where(taken[:, None], 0.0, Sc)
+        e2c = jnp.sum(jnp.abs(Sc) ** 2).astype(rdt)      # mean_i ||E omega_i||^2
+        log_d = (math.log(cfg.delta * share)
+                 - (st.checks + 1).astype(rdt) * math.log(2.0))
+        tau = CE.chernoff_root(dof * s_c, log_d, upper=False)
+        if a2_exact is not None:
+            a2 = a2_exact.astype(rdt)
+        else:   # ||A||_F^2 >= (mean over every vector drawn so far) / tau'
+            n_vec = st.step * l + s_c
+            mean = (st.norm2_sum * l + jnp.sum(jnp.abs(Yc) ** 2) * s_c) / n_vec.astype(rdt)
+            a2 = mean / CE.chernoff_root(dof * n_vec, log_d, upper=True)
+        b2 = e2c / tau / jnp.where(a2 > 0, a2, 1)
+        b2 = jnp.where(a2 > 0, b2, jnp.where(e2c > 0, jnp.inf, 0.0)).astype(rdt)
+        ok = jnp.isfinite(b2) & (b2 <= tol2) & (st.checks < MAX_CHECKS)
+        return ok, b2
+    # candidate stops: where the estimate leaves room for the first certification to pass
+    tau0 = CE.fro_factor(s_c, cfg.delta * share / 2, cplx)
+    return certify, tau0
+
+
 def _rows_impl(key, op: LinearOperator, tol, cfg: _Config) -> AdaptiveRows:
     m, n = op.shape
     b, p, cap = cfg.block_size, cfg.oversample, cfg.max_rank
@@ -238,6 +319,9 @@ def _rows_impl(key, op: LinearOperator, tol, cfg: _Config) -> AdaptiveRows:
 
     # exact power-of-two scaling so that squared norms neither underflow nor overflow
     k0, sketch = _sketcher(op, key, l, rdt)
+    certified = cfg.delta is not None
+    if certified:
+        certify, tau0 = _certifier(op, key, cfg, rdt, k0)
 
     def body(st: _State) -> _State:
         Y, k = sketch(st.step, st.k)                         # Y' = 2^k A Omega_step
@@ -250,7 +334,16 @@ def _rows_impl(key, op: LinearOperator, tol, cfg: _Config) -> AdaptiveRows:
         step = st.step + 1
         norm2 = norm2_sum / step.astype(rdt)
         finite = jnp.isfinite(e2) & jnp.isfinite(norm2_sum)
-        conv = finite & (e2 <= tol2 * norm2)
+        checks, bound2 = st.checks, st.bound2
+        if certified:
+            cand = finite & (e2 <= tau0 * tol2 * norm2)
+            conv, bound2 = jax.lax.cond(
+                cand, lambda: certify(st._replace(norm2_sum=norm2_sum, step=step), taken, k,
+                                      tol2),
+                lambda: (jnp.zeros((), bool), st.bound2))
+            checks = checks + cand.astype(checks.dtype)
+        else:
+            conv = finite & (e2 <= tol2 * norm2)
         stop = conv | (st.s >= cap) | ~finite
         floor = floor_c * jnp.sqrt(norm2)
         W, I, s = jax.lax.cond(
@@ -258,20 +351,24 @@ def _rows_impl(key, op: LinearOperator, tol, cfg: _Config) -> AdaptiveRows:
             lambda: _extend(st.W, st.I, st.s, S, cap - st.s, floor, b))
         zero = ~stop & (s == st.s)            # no numerically nonzero pivot: zero residual
         e2 = jnp.where(zero, 0.0, jnp.where(finite, e2, jnp.nan)).astype(rdt)
-        return _State(W, I, s, step, norm2_sum, e2, stop | zero, conv | zero, k)
+        bound2 = jnp.where(zero, 0.0, bound2).astype(rdt)
+        return _State(W, I, s, step, norm2_sum, e2, stop | zero, conv | zero, k, checks,
+                      bound2)
 
     st = _State(W=jnp.zeros((m, cap + b), dt), I=jnp.zeros((cap + b,), jnp.int32),
                 s=jnp.zeros((), jnp.int32), step=jnp.zeros((), jnp.int32),
                 norm2_sum=jnp.zeros((), rdt), e2=jnp.zeros((), rdt),
-                done=jnp.zeros((), bool), converged=jnp.zeros((), bool), k=k0)
+                done=jnp.zeros((), bool), converged=jnp.zeros((), bool), k=k0,
+                checks=jnp.zeros((), jnp.int32), bound2=jnp.full((), jnp.nan, rdt))
     st = jax.lax.while_loop(lambda st: ~st.done, body, st)
 
     norm2 = st.norm2_sum / st.step.astype(rdt)
     err = jnp.where(norm2 > 0, jnp.sqrt(st.e2 / jnp.where(norm2 > 0, norm2, 1)), 0.0)
     err = jnp.where(jnp.isnan(st.e2), jnp.nan, err)
     norm = _fp.ldexp(jnp.sqrt(norm2), -st.k)
+    bound = jnp.sqrt(st.bound2).astype(rdt) if certified else None
     return AdaptiveRows(st.I[:cap], st.W[:, :cap], st.s, err.astype(rdt), norm.astype(rdt),
-                        st.converged)
+                        st.converged, bound)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
@@ -283,7 +380,7 @@ def _adaptive_rows(key, op, tol, cfg: _Config) -> AdaptiveRows:
 def _adaptive_cols(key, op, tol, cfg: _Config) -> AdaptiveColumns:
     r = _rows_impl(key, op.H, tol, cfg)
     return AdaptiveColumns(r.rows, r.W.conj().T, r.rank, r.error_estimate, r.norm_estimate,
-                           r.converged)
+                           r.converged, r.error_bound)
 
 
 # --------------------------------------------------------------------------------------
@@ -315,7 +412,14 @@ def _check_tol(tol, rdt) -> jax.Array:
     return jnp.asarray(value, rdt)
 
 
-def _prepare(key, A, tol, block_size, oversample, max_rank, *, adjoint: bool):
+def check_confidence(confidence) -> Optional[float]:
+    """``confidence`` None or a float in (0, 1); returns ``delta = 1 - confidence``."""
+    if confidence is None:
+        return None
+    return 1.0 - CE.check_delta(confidence, "confidence")
+
+
+def _prepare(key, A, tol, block_size, oversample, max_rank, confidence, *, adjoint: bool):
     key = V.check_key(key)
     op = as_operator(A)
     m, n = op.shape
@@ -330,11 +434,13 @@ def _prepare(key, A, tol, block_size, oversample, max_rank, *, adjoint: bool):
     b = min(b, cap)
     ncols = m if adjoint else n                     # columns of the operator that is sketched
     p = min(p, ncols - b)
-    return key, op, tol, _Config(block_size=b, oversample=p, max_rank=cap)
+    return key, op, tol, _Config(block_size=b, oversample=p, max_rank=cap,
+                                 delta=check_confidence(confidence))
 
 
 def adaptive_row_skeletons(key, A: Any, tol, *, block_size: int = 16, oversample: int = 8,
-                           max_rank: int | None = None) -> AdaptiveRows:
+                           max_rank: int | None = None,
+        confidence: float | None = None) -> AdaptiveRows:
     """Fixed-accuracy row ID ``A ~ W A(rows, :)`` by blocked randomized LUPP.
 
     See the module docstring for the algorithm (Pearce, Chen, Dong, Martinsson 2023;
@@ -359,10 +465,14 @@ def adaptive_row_skeletons(key, A: Any, tol, *, block_size: int = 16, oversample
       max_rank: static cap on the rank, ``1 <= max_rank <= min(m, n)``. Default
         ``min(m, n, 1024)`` (:data:`DEFAULT_MAX_RANK`): the outputs and work arrays are
         padded to it (``W`` is m x max_rank), so a larger cap is the caller's choice.
+      confidence: None (stop on the unbiased estimate: the tolerance is met on average), or
+        a probability in (0, 1): stop only when a certified bound is below ``tol``, so
+        ``||A - W A(rows, :)||_F <= tol ||A||_F`` holds with probability >= ``confidence``
+        when ``converged`` ("Certified stopping" in the module docstring).
 
     Returns:
-      :class:`AdaptiveRows` ``(rows, W, rank, error_estimate, norm_estimate, converged)``,
-      padded to ``max_rank`` (entries past ``rank`` are zero).
+      :class:`AdaptiveRows` ``(rows, W, rank, error_estimate, norm_estimate, converged,
+      error_bound)``, padded to ``max_rank`` (entries past ``rank`` are zero).
 
     Raises:
       TypeError / ValueError: bad key, tol (not a float in (0, 1)), block_size < 1,
@@ -375,12 +485,14 @@ def adaptive_row_skeletons(key, A: Any, tol, *, block_size: int = 16, oversample
       >>> batch = jax.vmap(lambda key: adaptive_row_skeletons(key, A, 1e-3))(
       ...     jax.random.split(jax.random.key(0), 8))
     """
-    key, op, tol, cfg = _prepare(key, A, tol, block_size, oversample, max_rank, adjoint=False)
+    key, op, tol, cfg = _prepare(key, A, tol, block_size, oversample, max_rank, confidence,
+                                 adjoint=False)
     return _adaptive_rows(key, op, tol, cfg)
 
 
 def adaptive_column_skeletons(key, A: Any, tol, *, block_size: int = 16, oversample: int = 8,
-                              max_rank: int | None = None) -> AdaptiveColumns:
+                              max_rank: int | None = None,
+        confidence: float | None = None) -> AdaptiveColumns:
     """Fixed-accuracy column ID ``A ~ A(:, cols) W``: :func:`adaptive_row_skeletons` on
     ``A^H`` (same key usage), with ``W`` conjugate-transposed back to (max_rank x n).
 
@@ -395,7 +507,8 @@ def adaptive_column_skeletons(key, A: Any, tol, *, block_size: int = 16, oversam
       >>> k = int(res.rank)
       >>> A_hat = A[:, res.cols[:k]] @ res.W[:k]
     """
-    key, op, tol, cfg = _prepare(key, A, tol, block_size, oversample, max_rank, adjoint=True)
+    key, op, tol, cfg = _prepare(key, A, tol, block_size, oversample, max_rank, confidence,
+                                 adjoint=True)
     return _adaptive_cols(key, op, tol, cfg)
 
 

@@ -145,8 +145,19 @@ def _rsvd_jit(key, op, k, l, sketch, power_iters, stable):
     return RSVD(U[:, :k], s[:k], Vt[:k])
 
 
+@functools.partial(jax.jit, static_argnames=("k", "l", "sketch", "power_iters", "stable",
+                                             "delta"))
+def _rsvd_certified_jit(key, op, k, l, sketch, power_iters, stable, delta):
+    from rdr_jax import certify as CE       # (certify imports this module's RSVD)
+    res = _rsvd_jit(key, op, k, l, sketch, power_iters, stable)
+    cert = CE.certify_factors(jax.random.fold_in(key, 0x5EED), op, res.U * res.s[None, :],
+                              None, res.Vt.conj().T, CE.DEFAULT_NUM_VECTORS, delta)
+    return res, cert
+
+
 def rsvd(key, A: Any, k: int, *, oversample: int = 10, l: int | None = None,
-         power_iters: int = 0, sketch: Any = "gaussian", stable: bool = True) -> RSVD:
+         power_iters: int = 0, sketch: Any = "gaussian", stable: bool = True,
+         confidence: float | None = None):
     """Randomized truncated SVD (thesis Algorithm ``algo:rsvd_power_iterations``,
     Eq. ``eq:rsvd_procedures``).
 
@@ -160,9 +171,14 @@ def rsvd(key, A: Any, k: int, *, oversample: int = 10, l: int | None = None,
       oversample: ``l = min(k + oversample, min(m, n))`` when ``l`` is not given.
       l: explicit sketch size (overrides ``oversample``), ``k <= l <= min(m, n)``.
       power_iters, sketch, stable: as :func:`rangefinder`.
+      confidence: None, or a probability in (0, 1): then also return an
+        :class:`rdr_jax.ErrorCertificate` of ``A - U diag(s) Vt`` (bounds on the Frobenius
+        and spectral errors that hold with probability >= confidence; 20 more Gaussian test
+        vectors, drawn from a stream the SVD never uses).
 
     Returns:
-      :class:`RSVD` ``(U, s, Vt)`` with U (m x k), s (k,), Vt (k x n).
+      :class:`RSVD` ``(U, s, Vt)`` with U (m x k), s (k,), Vt (k x n); with ``confidence``
+      the pair ``(RSVD, ErrorCertificate)``.
 
     Example:
       >>> U, s, Vt = rsvd(jax.random.key(0), A, 10, power_iters=2)
@@ -179,6 +195,12 @@ def rsvd(key, A: Any, k: int, *, oversample: int = 10, l: int | None = None,
         if k > l:
             raise ValueError(f"k must be <= l; got k = {k} > l = {l}")
     key, op, l, q, sk = _check_common(key, op, l, power_iters, sketch)
+    if confidence is not None:
+        from rdr_jax.certify import check_delta
+        delta = 1.0 - check_delta(confidence, "confidence")
+        res, cert = _rsvd_certified_jit(key, op, k, l, sk, q, bool(stable), delta)
+        V.warn_if_nonfinite(res.s[0], "the largest singular value estimate")
+        return res, cert
     res = _rsvd_jit(key, op, k, l, sk, q, bool(stable))
     V.warn_if_nonfinite(res.s[0], "the largest singular value estimate")
     return res

@@ -156,12 +156,12 @@ def test_max_rank_reached_is_flagged():
 
 def test_default_max_rank_and_clipping():
     key = jax.random.key(0)
-    cfg = FA._prepare(key, np.ones((M, N), np.float32), 0.1, 16, 8, None, adjoint=False)[3]
+    cfg = FA._prepare(key, np.ones((M, N), np.float32), 0.1, 16, 8, None, None, adjoint=False)[3]
     assert (cfg.max_rank, cfg.block_size, cfg.oversample) == (N, 16, 8)
     # block size clipped to the rank cap, oversampling to the sketched dimension
-    cfg = FA._prepare(key, np.ones((M, N), np.float32), 0.1, 64, 8, 10, adjoint=False)[3]
+    cfg = FA._prepare(key, np.ones((M, N), np.float32), 0.1, 64, 8, 10, None, adjoint=False)[3]
     assert (cfg.max_rank, cfg.block_size, cfg.oversample) == (10, 10, 8)
-    cfg = FA._prepare(key, np.ones((M, N), np.float32), 0.1, 64, 99, None, adjoint=True)[3]
+    cfg = FA._prepare(key, np.ones((M, N), np.float32), 0.1, 64, 99, None, None, adjoint=True)[3]
     assert (cfg.block_size, cfg.oversample) == (N, M - N)
     big = jax.ShapeDtypeStruct((3000, 2000), jnp.float32)
     out = jax.eval_shape(lambda A: FA.adaptive_row_skeletons(key, A, 0.1), big)

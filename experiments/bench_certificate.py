@@ -1,0 +1,176 @@
+"""Benchmark for the a posteriori error certificate (issue 15, "Measure"): its cost next to
+the decomposition it certifies, and its bound / true ratios next to the thesis' eta bound's.
+
+Run (from the repository root)::
+
+    python experiments/bench_certificate.py            # full: 4000 x 2000 dense + SNN1e6
+    python experiments/bench_certificate.py --quick    # 1000 x 500 dense + SNN 1e5 (~1 min)
+
+Parts (one run, float64; every jitted function compiled before timing; times are medians
+of ``--repeats`` calls with block_until_ready):
+
+1. ``dense``: CUR (defaults: Rand-LUPP, Gaussian sketch, l = k + 10) of a dense m x n matrix
+   with singular values ``1/sqrt(i)`` (the bench_cur.py matrix), k in {50, 200}. Times
+   ``cur(key, A, k)`` and ``error_certificate(key', A, d)`` (20 Gaussian test vectors,
+   delta = 0.01); exact ``||A - CUR||_F`` and ``||A - CUR||_2`` from numpy; the thesis'
+   eta bound (``cur(..., certify=True).bound``). Target: certificate <= 10% of the CUR.
+2. ``snn``: rank-200 CUR of the factored SNN (10^6 x 10^6, r = 400; 10^5 with --quick),
+   exact error in factored form (:func:`rdr_jax.lowrank_error`). Target: certificate <= 10%.
+3. ``fixed``: fixed-accuracy column ID at tol = 1e-2 on the dense matrix of part 1 with
+   exponentially decaying singular values, over ``--trials`` keys: how often the true
+   error meets tol with the estimate-based stopping rule and with ``confidence=0.99``, and
+   the mean ranks.
+
+Writes ``bench_certificate.json`` in ``--out`` (default
+``experiments/results/bench_certificate``) and prints the README table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import rdr_jax as R  # noqa: E402
+from rdr_jax import matrices as M  # noqa: E402
+
+TARGET = 0.10   # certificate cost / decomposition cost
+
+
+def timed(f, *args, repeats=3):
+    out = jax.block_until_ready(f(*args))
+    ts = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = jax.block_until_ready(f(*args))
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts), out
+
+
+def slow_decay(m, n, seed=0):
+    rng = np.random.default_rng(seed)
+    U = np.linalg.qr(rng.standard_normal((m, n)))[0]
+    V = np.linalg.qr(rng.standard_normal((n, n)))[0]
+    return (U * (1.0 / np.sqrt(np.arange(1, n + 1)))) @ V.T
+
+
+def _row(name, k, t_dec, t_cert, cert, true_f, true_2, eta_bound):
+    r = {"matrix": name, "k": k, "decomposition_s": t_dec, "certificate_s": t_cert,
+         "cost_ratio": t_cert / t_dec, "pass": t_cert / t_dec <= TARGET,
+         "true_fro": true_f, "true_spec": true_2,
+         "fro_bound": float(cert.fro_bound), "spec_bound": float(cert.spec_bound),
+         "fro_estimate": float(cert.fro_estimate),
+         "fro_ratio": float(cert.fro_bound) / true_f,
+         "spec_ratio": float(cert.spec_bound) / true_2,
+         "eta_bound_ratio": None if eta_bound is None else eta_bound / true_f}
+    eta_s = "   -  " if eta_bound is None else f"{r['eta_bound_ratio']:7.1f}"
+    print(f"  {name:>18s} k={k:3d}: CUR {t_dec * 1e3:9.1f} ms, certificate "
+          f"{t_cert * 1e3:7.1f} ms = {100 * r['cost_ratio']:5.1f}% (target <= 10%: "
+          f"{'HELD' if r['pass'] else 'NOT HELD'}); bound/true: Frobenius "
+          f"{r['fro_ratio']:.2f}, spectral {r['spec_ratio']:.2f}, eta bound {eta_s}")
+    return r
+
+
+def bench_dense(m, n, ks, repeats):
+    A = jnp.asarray(slow_decay(m, n))
+    An = np.asarray(A)
+    cert_f = jax.jit(lambda key, A, d: R.error_certificate(key, A, d))
+    rows = []
+    for k in ks:
+        t_dec, d = timed(lambda A: R.cur(jax.random.key(0), A, k), A, repeats=repeats)
+        t_cert, cert = timed(cert_f, jax.random.key(1), A, d, repeats=repeats)
+        E = An - np.asarray(d.todense())
+        true_f, true_2 = float(np.linalg.norm(E)), float(np.linalg.norm(E, 2))
+        eta_bound = float(R.cur(jax.random.key(0), A, k, certify=True).bound)
+        rows.append(_row(f"dense {m}x{n}", k, t_dec, t_cert, cert, true_f, true_2, eta_bound))
+    return rows
+
+
+def bench_snn(size, k, repeats):
+    A = M.snn(jax.random.key(0), size, size, r=400, a=2.0, r1=100, density=2.0 / 400,
+              factored=True)
+    t_dec, d = timed(lambda: R.cur(jax.random.key(1), A, k), repeats=repeats)
+    cert_f = jax.jit(lambda key, A, d: R.error_certificate(key, A, d))
+    t_cert, cert = timed(cert_f, jax.random.key(2), A, d, repeats=repeats)
+    err = R.lowrank_error(A, d)     # exact, in factored form
+    return [_row(f"SNN {size:.0e} factored", k, t_dec, t_cert, cert, err.fro, err.spec, None)]
+
+
+def bench_fixed(m, n, trials, tol=1e-2):
+    rng = np.random.default_rng(3)
+    U = np.linalg.qr(rng.standard_normal((m, n)))[0]
+    V = np.linalg.qr(rng.standard_normal((n, n)))[0]
+    A = (U * 0.95 ** np.arange(n)) @ V.T
+    An = np.linalg.norm(A)
+    keys = jax.random.split(jax.random.key(5), trials)
+    out = {}
+    for label, conf in (("estimate", None), ("certified 0.99", 0.99)):
+        f = jax.jit(jax.vmap(lambda kk, A: R.interpolative(
+            kk, A, tol, interp="sketch", confidence=conf, block_size=8,
+            on_rank_deficient="ignore"), in_axes=(0, None)))
+        res = f(keys, jnp.asarray(A))
+        cols, W, rank = map(np.asarray, (res.cols, res.W, res.rank))
+        errs = np.array([np.linalg.norm(A - A[:, c[:r]] @ w[:r]) / An
+                         for c, w, r in zip(cols, W, rank)])
+        out[label] = {"met_tol": float(np.mean(errs <= tol)), "mean_rank": float(rank.mean()),
+                      "median_err_over_tol": float(np.median(errs) / tol)}
+        print(f"  fixed accuracy tol={tol:g}, {label:>15s}: true error <= tol in "
+              f"{100 * out[label]['met_tol']:5.1f}% of {trials} keys, mean rank "
+              f"{out[label]['mean_rank']:.1f}, median error / tol "
+              f"{out[label]['median_err_over_tol']:.2f}")
+    held = out["certified 0.99"]["met_tol"] >= 0.99
+    print(f"  certified rule meets tol in >= 99% of trials: {'HELD' if held else 'NOT HELD'}")
+    out["pass"] = held
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--parts", default="dense,snn,fixed")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--trials", type=int, default=None)
+    ap.add_argument("--out", default="experiments/results/bench_certificate")
+    args = ap.parse_args(argv)
+    outdir = Path(args.out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    parts = set(args.parts.split(","))
+    print(f"backend {jax.default_backend()}, devices {jax.devices()}, cpus {os.cpu_count()}")
+    results = {"quick": args.quick, "backend": jax.default_backend(), "rows": []}
+    if "dense" in parts:
+        print("[1] dense CUR + certificate")
+        results["rows"] += bench_dense(*((4000, 2000) if not args.quick else (1000, 500)),
+                                       (50, 200) if not args.quick else (20, 50), args.repeats)
+    if "snn" in parts:
+        print("[2] factored SNN CUR + certificate")
+        results["rows"] += bench_snn(10 ** 6 if not args.quick else 10 ** 5, 200,
+                                     1 if not args.quick else args.repeats)
+    if "fixed" in parts:
+        print("[3] fixed accuracy: estimate vs certified stopping")
+        trials = args.trials or (500 if not args.quick else 100)
+        results["fixed"] = bench_fixed(*((2000, 400) if not args.quick else (400, 200)), trials)
+    print("\n| matrix | k | CUR | certificate | cost | Frobenius bound / true | "
+          "spectral bound / true | eta bound / true |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results["rows"]:
+        eta = "-" if r["eta_bound_ratio"] is None else f"{r['eta_bound_ratio']:.1f}"
+        print(f"| {r['matrix']} | {r['k']} | {r['decomposition_s'] * 1e3:.1f} ms | "
+              f"{r['certificate_s'] * 1e3:.1f} ms | {100 * r['cost_ratio']:.1f}% | "
+              f"{r['fro_ratio']:.2f} | {r['spec_ratio']:.2f} | {eta} |")
+    (outdir / "bench_certificate.json").write_text(json.dumps(results, indent=2, default=str))
+    print(f"wrote {outdir / 'bench_certificate.json'}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
