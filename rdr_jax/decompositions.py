@@ -235,14 +235,13 @@ def _exact_col_interp(op: LinearOperator, C, J):
     return W.at[:, J].set(jnp.eye(J.shape[0], dtype=W.dtype)), nr
 
 
-def _stable_cur_U(op: LinearOperator, C, R, gram_C=None):
+def _stable_cur_U(op: LinearOperator, C, R):
     """``U = C^+ A R^+`` via QR of C and R^H (Eq. ``eq:cur_stable``):
     ``U = R_C^+ (Q_C^H A Q_R) R_R^{+H}``; for very tall 64-bit factors,
     ``U = (C^H C)^+ (C^H A R^H) (R R^H)^+`` (one GEMM per Gram). Returns ``(U, numerical
     rank of C)``."""
     if _gram_path(C) or _gram_path(R.conj().T):
-        if gram_C is None:
-            gram_C = jnp.matmul(C.conj().T, C, precision=HIGHEST)
+        gram_C = jnp.matmul(C.conj().T, C, precision=HIGHEST)
         sv = jnp.sqrt(jnp.maximum(jnp.linalg.eigvalsh(gram_C), 0.0))
         GR = jnp.matmul(R, R.conj().T, precision=HIGHEST)
         Mid = _mm(C.conj().T, op.matmat(R.conj().T))           # C^H A R^H (k x k)
@@ -386,7 +385,7 @@ def _cur(key, op, k, l, opts: _Options):
     k1, k2 = jax.random.split(key)
     J, Wsk, eta, Uk = pivot_columns(k1, op, k, l, method, certify)     # Lines 1-3
     C = op.cols(J)
-    I, _, eta_r, gram_C = pivot_rows(k2, C, k, method, Uk, False)        # Line 4
+    I, _, eta_r, _ = pivot_rows(k2, C, k, method, Uk, False)             # Line 4
     R = op.rows(I)
     U, nr = _stable_cur_U(op, C, R)                                       # Eq. eq:cur_stable
     bound = None
