@@ -36,9 +36,17 @@ Thesis observations checked (HELD / NOT HELD, per setting and gap, with the numb
   Spearman rank correlation between ``phi_gamma(q)`` and the empirical mean sine over the
   admissible q is >= 0.8.
 
+Both constant sets: every plan is also made with the calibrated constants
+(``plan_budget(..., constants="calibrated")``: the Thm 3.1 bound with random-matrix quantiles
+for eps1, eps2, see :func:`rdr_jax.angles.space_agnostic_bound`; gamma then only sets the
+admissible q), and for each (gap, q) the script prints and saves the fraction of the trials in
+which the Thm 3.1 bound behind ``phi`` (thesis) and ``phi_calibrated`` holds for every i.
+Information only (not thesis observations).
+
 Outputs in ``--out`` (default ``experiments/results/fig_budget_example``): ``results.csv``
-(one row per setting, gap, q, i: l, phi_gamma(q), mean/min/max of the true sine over the
-trials), ``results.json`` (plans, empirical criteria, verdicts),
+(one row per setting, gap, q, i: l, phi_gamma(q) with both constant sets, mean/min/max of the
+true sine over the trials), ``results.json`` (plans with both constant sets, hold fractions,
+empirical criteria, verdicts),
 ``fig_budget_example_a<alpha>-b<beta>-g<gamma>.png`` per setting (left: phi_gamma(q) for both
 gaps with the empirical mean sine dashed and q_hat marked; middle/right: the true sines per q
 for gap 1.01 / 1.5, mean and min-max band over the trials), ``config.json``.
@@ -74,7 +82,8 @@ SETTINGS = [(16, 32, 1.05), (32, 64, 2.00)]
 GAPS = [1.01, 1.5]
 TREND_RHO = 0.8
 CSV_FIELDS = ["alpha", "beta", "gamma", "k", "r", "N", "gap", "q", "l", "phi", "i",
-              "sin_mean", "sin_min", "sin_max"]
+              "sin_mean", "sin_min", "sin_max", "phi_calibrated", "bound", "bound_calibrated"]
+SLACK = 1e-8        # relative slack of "true sine <= bound"
 
 
 def q_max(alpha: float, gamma: float) -> int:
@@ -89,6 +98,7 @@ def run_setting(alpha, beta, gamma, k, gaps, trials, key, bar):
     out = {"alpha": alpha, "beta": beta, "gamma": gamma, "k": k, "r": r, "N": N, "gaps": {}}
     for gi, gap in enumerate(gaps):
         plan = angles.plan_budget(k, N, gap=gap, r=r, gamma=gamma)
+        cal = angles.plan_budget(k, N, gap=gap, r=r, gamma=gamma, constants="calibrated")
         # same singular vectors for every gap (the key does not depend on the gap)
         A = matrices.with_spectrum(key, r, r, matrices.step_spectrum(r, k, gap),
                                    dtype=jnp.float64)
@@ -108,8 +118,19 @@ def run_setting(alpha, beta, gamma, k, gaps, trials, key, bar):
         qs = plan.power_iters_grid.tolist()
         rho = (float(scipy.stats.spearmanr(plan.phi, [emp[q] for q in qs])[0])
                if len(qs) > 2 else float("nan"))
+        def held(bounds):   # fraction of trials with sin_i <= bound_i for every i, per q
+            return [float(np.mean(np.all(sines[q] <= b * (1 + SLACK), axis=1)))
+                    for q, b in zip(qs, bounds)]
+
+        assert cal.power_iters_grid.tolist() == qs   # gamma alone sets the admissible grid
         out["gaps"][gap] = {"plan_q": plan.power_iters, "plan_l": plan.l, "qs": qs,
                             "ls": plan.l_grid.tolist(), "phi": plan.phi.tolist(),
+                            "plan_q_calibrated": cal.power_iters, "plan_l_calibrated": cal.l,
+                            "phi_calibrated": cal.phi.tolist(),
+                            "bounds": plan.bounds.tolist(),
+                            "bounds_calibrated": cal.bounds.tolist(),
+                            "held_frac": held(plan.bounds),
+                            "held_frac_calibrated": held(cal.bounds),
                             "empirical_mean_sine": [emp[q] for q in qs],
                             "empirical_best_q": q_emp, "spearman_phi_vs_empirical": rho,
                             "sines": {q: s for q, s in sines.items()}}
@@ -245,6 +266,7 @@ def run(args, argv=None):
     cfg = {"script": "fig_budget_example", "quick": args.quick, "k": args.k,
            "settings": [list(s) for s in args.settings], "gaps": args.gaps,
            "trials": args.trials, "seed": args.seed, "host_threads": args.host_threads,
+           "constants": ["thesis", "calibrated"],
            "criterion": "mean over i (and trials) of sin angle_i(U_k, U_hat_l)",
            "argv": sys.argv if argv is None else list(argv), "env": env,
            "loadavg_start": loadavg(),
@@ -267,13 +289,16 @@ def run(args, argv=None):
         pngs.append(png.name)
         results.append(res)
         for gap, g in res["gaps"].items():
-            for q, l, phi in zip(g["qs"], g["ls"], g["phi"]):
+            for j, (q, l, phi) in enumerate(zip(g["qs"], g["ls"], g["phi"])):
                 s = g["sines"][q]
                 for i in range(args.k):
                     rows.append({"alpha": a, "beta": b, "gamma": gm, "k": args.k, "r": res["r"],
                                  "N": res["N"], "gap": gap, "q": q, "l": l, "phi": phi,
                                  "i": i + 1, "sin_mean": s[:, i].mean(), "sin_min": s[:, i].min(),
-                                 "sin_max": s[:, i].max()})
+                                 "sin_max": s[:, i].max(),
+                                 "phi_calibrated": g["phi_calibrated"][j],
+                                 "bound": g["bounds"][j][i],
+                                 "bound_calibrated": g["bounds_calibrated"][j][i]})
     bar.close()
     claims = check_claims(results)
     for res in results:
@@ -283,6 +308,12 @@ def run(args, argv=None):
             print(f"  gap {gap}:  " + "  ".join(
                 f"q={q} l={l}: phi {p:.3g} / sin {e:.3g}" for q, l, p, e in
                 zip(g["qs"], g["ls"], g["phi"], g["empirical_mean_sine"])))
+            print(f"    recommended q: thesis constants {g['plan_q']}, calibrated "
+                  f"{g['plan_q_calibrated']}, empirically best {g['empirical_best_q']}")
+            print(f"    Thm 3.1 holds (every i) in % of {args.trials} trials, thesis / "
+                  f"calibrated:  " + "  ".join(
+                      f"q={q}: {100 * h:.0f}/{100 * hc:.0f}" for q, h, hc in
+                      zip(g["qs"], g["held_frac"], g["held_frac_calibrated"])))
     cfg["wall_s"] = time.perf_counter() - t0
     cfg["loadavg_end"] = loadavg()
     saved = []

@@ -17,6 +17,9 @@ leading subspace:
 * black: the true sines (:attr:`rdr_jax.angles.AngleReport.true`);
 * red: Thm 3.1 space-agnostic upper bound (``thm:space_agnostic_bounds``, eps1 = sqrt(k/l),
   eps2 = sqrt(l/(r-k)));
+* orange: Thm 3.1 with the calibrated constants (``constants="calibrated"`` of
+  :func:`rdr_jax.angles.space_agnostic_bound`: random-matrix quantiles instead of the thesis'
+  order-of-magnitude eps1, eps2; not a thesis curve, kept out of the thesis observations);
 * blue: Prop 3.2 unbiased estimate (``prop:space_agnostic_estimation``), mean of N = 3 trials
   with the min-max band shaded;
 * cyan: Thm 3.3 residual bound (``thm:with_oversmp_computable_det``);
@@ -88,6 +91,10 @@ said otherwise):
 10. ``o10_thm31_holds``: Thm 3.1 (sigma) holds for every i in every l = 4k panel and in most
     (>= 75%) l = 1.6k panels ("l >= 1.6k is usually sufficient"); failing panels are listed
     (known: q = 0, left, l = 1.6k can fail).
+
+Information (not a thesis observation): ``i_thm31_calibrated_holds``, in how many panels
+Thm 3.1 holds with the thesis' and with the calibrated constants (one rSVD per panel here;
+``fig_space_agnostic_bounds.py --trials`` measures the fraction of many rSVDs).
 
 Outputs in ``--out`` (default ``experiments/results/fig_canonical_angles``): ``results.csv``
 (one row per matrix, k, l, q, side, i: the true sine and every bound/estimate in both modes),
@@ -260,21 +267,35 @@ def run_config(M: dict, tsvd, k: int, l: int, qs, key, num_trials: int):
         rep = jax.block_until_ready(rep)
         for side in ("left", "right"):
             ser = side_series(rep, side)
+            for mode, _, _ in MODES:   # Thm 3.1 with the calibrated constants (information)
+                s = rep.spectrum if mode == "sigma" else rep.approx_spectrum
+                ser[f"thm31cal_{mode}"] = _np(angles.space_agnostic_bound(
+                    s, k, l, q, side=side, constants="calibrated"))
             series[(q, side)] = ser
-            panels.append(panel_summary(M["name"], k, l, q, side, r, ser, rep))
+            pan = panel_summary(M["name"], k, l, q, side, r, ser, rep)
+            t = ser["true"]
+            pan["gm_thm31cal_sigma"] = geomean(ser["thm31cal_sigma"])
+            pan["gm_thm31cal_hat"] = geomean(ser["thm31cal_hat"])
+            d = angles.space_agnostic_distortions(rep.spectrum, k, l, q, side=side,
+                                                  constants="calibrated")
+            pan.update(eps1_cal=d.eps1, eps2_cal=d.eps2, eta=d.eta)
+            pan["thm31cal_holds"] = bool(not np.any(
+                (ser["thm31cal_sigma"] < t * (1 - SLACK)) & (t >= FLOOR)))
+            panels.append(pan)
             for i in range(k):
                 row = {"matrix": M["name"], "k": k, "l": l, "q": q, "side": side, "i": i + 1,
                        "true": ser["true"][i]}
                 for mode, _, _ in MODES:
                     row.update({f"{s}_{mode}": ser[f"{s}_{mode}"][i] for s in SERIES})
                     row[f"gap_valid_{mode}"] = panels[-1][f"gap_valid_{mode}"]
+                    row[f"thm31cal_{mode}"] = ser[f"thm31cal_{mode}"][i]
                 rows.append(row)
     return rows, panels, series
 
 
 CSV_FIELDS = (["matrix", "k", "l", "q", "side", "i", "true"]
               + [f"{s}_{m}" for m, _, _ in MODES for s in SERIES]
-              + ["gap_valid_sigma", "gap_valid_hat"])
+              + ["gap_valid_sigma", "gap_valid_hat", "thm31cal_sigma", "thm31cal_hat"])
 
 
 # --------------------------------------------------------------------------------------
@@ -295,6 +316,8 @@ def plot_config(M: dict, k: int, l: int, qs, series: dict, panels: list, path: P
             for s in ("thm31", "prop_mean", "thm33", "thm34", "s2018"):
                 lab = f"{LABEL[s]} w/ {tag}"
                 ax.plot(i, ser[f"{s}_{mode}"], color=COLOR[s], ls=ls, lw=1.3, label=lab)
+            ax.plot(i, ser[f"thm31cal_{mode}"], color="darkorange", ls=ls, lw=1.1,
+                    label=f"Thm 3.1 calibrated w/ {tag}")
             ax.fill_between(i, ser[f"prop_min_{mode}"], ser[f"prop_max_{mode}"], color="blue",
                             alpha=0.18 if mode == "sigma" else 0.08, lw=0)
         ax.plot(i, ser["true"], color="k", lw=2, label="true")
@@ -467,6 +490,15 @@ def check_claims(panels: list) -> tuple[list, list]:
                          f"all l = 4k panels hold: {b4}; l = 1.6k panels holding: "
                          f"{100 * f16:.0f}%" + (f"; failures: {fails}" if fails else "")
                          + floor_note))
+
+    # information: Thm 3.1 with the thesis' vs the calibrated constants
+    cal_bad = [_fmt(p) for p in panels if not p["thm31cal_holds"]]
+    claims.append(_claim("i_thm31_calibrated_holds", "information: Thm 3.1 with the calibrated "
+                         "constants holds for every i in every panel (one rSVD each)",
+                         not cal_bad, f"panels holding: thesis constants "
+                         f"{sum(p['thm31_holds'] for p in panels)}/{len(panels)}, calibrated "
+                         f"{len(panels) - len(cal_bad)}/{len(panels)}"
+                         + (f"; calibrated failures: {cal_bad}" if cal_bad else "")))
     return claims, skipped
 
 
@@ -531,14 +563,16 @@ def configs_for(name: str, args) -> list:
 def print_panels(panels: list):
     print(f"{'matrix':<14}{'l':>4}{'q':>4} side  "
           + "".join(f"{x:>10}" for x in ("true", "Thm3.1", "Prop3.2", "Thm3.3", "Thm3.4",
-                                         "S2018", "Thm3.1^")) + "  gap-ok  tightest")
+                                         "S2018", "Thm3.1^", "3.1cal"))
+          + "  gap-ok  tightest  Thm3.1 holds: thesis/calibrated")
     for p in panels:
         vals = [p["gm_true"]] + [p[f"gm_{s}_sigma"] for s in ("thm31", "prop_mean", "thm33",
                                                                 "thm34", "s2018")]
-        vals.append(p["gm_thm31_hat"])
+        vals += [p["gm_thm31_hat"], p["gm_thm31cal_sigma"]]
         print(f"{p['matrix']:<14}{p['l']:>4}{p['q']:>4} {p['side']:<5} "
               + "".join(f"{v:>10.2e}" for v in vals)
-              + f"  {str(p['gap_valid_sigma']):<6}  {p['tightest']}")
+              + f"  {str(p['gap_valid_sigma']):<6}  {p['tightest']:<8}  "
+              f"{str(p['thm31_holds'])}/{str(p['thm31cal_holds'])}")
 
 
 def run(args, argv=None):
@@ -548,7 +582,8 @@ def run(args, argv=None):
     out.mkdir(parents=True, exist_ok=True)
     cfg = {"script": "fig_canonical_angles", "quick": args.quick, "matrices": names,
            "size": args.size, "snn_density": args.snn_density, "num_trials": args.num_trials,
-           "seed": args.seed, "eps_upper": 1.0, "host_threads": args.host_threads,
+           "seed": args.seed, "eps_upper": 1.0, "constants": ["thesis", "calibrated"],
+           "host_threads": args.host_threads,
            "configs": {}, "argv": sys.argv if argv is None else list(argv), "env": env,
            "loadavg_start": loadavg(),
            "thesis_figures": [f"fig:{t}-kl_k50_l{l}" for t in
