@@ -88,7 +88,8 @@ from rdr_jax.diagnostics import low_rank_factors
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
 from rdr_jax.sketching import hash_normal
 
-__all__ = ["ErrorCertificate", "error_certificate", "certify_factors", "fro_factor",
+__all__ = ["ErrorCertificate", "error_certificate", "certify_factors", "certify_result",
+           "CERT_STREAM", "fro_factor",
            "spec_quantile", "norm_factor", "chernoff_root", "check_delta", "min_vectors", "DEFAULT_NUM_VECTORS", "MAX_LOOSENESS"]
 
 #: default number of Gaussian test vectors: with delta = 0.01 the Frobenius bound is at most
@@ -224,20 +225,29 @@ def gaussian_test_vectors(key, n: int, s: int, dtype) -> jax.Array:
             / np.sqrt(2.0)).astype(dt)
 
 
-def _residual_ops(op: LinearOperator, F, G, H):
-    """``(E X, E^H Y)`` for ``E = A - F G H^H`` (G None means identity)."""
-    def mv(X):
-        T = _mm(H.conj().T, X)
-        if G is not None:
-            T = _mm(G, T)
-        return op.matmat(X) - _mm(F, T)
+def _lowrank_apply(F, G, H, X):
+    """``F G H^H X`` (G None means identity), right to left."""
+    T = _mm(H.conj().T, X)
+    if G is not None:
+        T = _mm(G, T)
+    return _mm(F, T)
 
-    def rmv(Y):
-        T = _mm(F.conj().T, Y)
-        if G is not None:
-            T = _mm(G.conj().T, T)
-        return op.rmatmat(Y) - _mm(H, T)
-    return mv, rmv
+
+def _scaled_sq(X, rdt):
+    """``(c, t)`` with ``||X||_F^2 = c^2 t``, computed on ``X / max|X_ij|`` so that the
+    squares neither underflow nor overflow."""
+    xmax = jnp.max(jnp.abs(X))
+    c = jnp.where(xmax > 0, xmax, 1).astype(rdt)
+    return c, jnp.sum(jnp.abs(X / c) ** 2).astype(rdt)
+
+
+def _top_singular(X, rdt):
+    """Largest singular value of a tall ``X`` (m x s) from its s x s Gram matrix (an SVD of
+    the tall matrix would allocate m x m workspace)."""
+    c, _ = _scaled_sq(X, rdt)
+    Xs = X / c
+    lam = jnp.linalg.eigvalsh(_mm(Xs.conj().T, Xs))[-1]
+    return c * jnp.sqrt(jnp.maximum(lam, 0.0))
 
 
 def certify_factors(key, op: LinearOperator, F, G, H, num_vectors: int, delta: float,
@@ -251,38 +261,40 @@ def certify_factors(key, op: LinearOperator, F, G, H, num_vectors: int, delta: f
     cplx = dt.kind == "c"
     tau = fro_factor(s, delta, cplx)
     q = spec_quantile(s, delta, cplx)
-    mv, rmv = _residual_ops(op, F, G, H)
     Om = gaussian_test_vectors(key, n, s, dt)
     AOm = op.matmat(Om)
-    T = _mm(H.conj().T, Om)
-    if G is not None:
-        T = _mm(G, T)
-    Y = AOm - _mm(F, T)
-    # squared norms on a power-of-two-free scale: divide by the largest entry first
-    ymax = jnp.max(jnp.abs(Y))
-    ysafe = jnp.where(ymax > 0, ymax, 1).astype(rdt)
-    y2 = jnp.sum(jnp.abs(Y / ysafe) ** 2).astype(rdt)             # ||Y||_F^2 / ymax^2
-    amax = jnp.max(jnp.abs(AOm))
-    asafe = jnp.where(amax > 0, amax, 1).astype(rdt)
-    a2 = jnp.sum(jnp.abs(AOm / asafe) ** 2).astype(rdt)
-    fro_est = ysafe * jnp.sqrt(y2 / s)
+    Y = AOm - _lowrank_apply(F, G, H, Om)                          # E Omega
+    yc, y2 = _scaled_sq(Y, rdt)                                    # ||Y||_F^2 = yc^2 y2
+    ac, a2 = _scaled_sq(AOm, rdt)
+    fro_est = yc * jnp.sqrt(y2 / s)
     fro_bound = fro_est / math.sqrt(tau)
-    spec_bound = ysafe * jnp.sqrt(y2 / q)       # <= fro_bound: q >= tau s (q is exact)
-    if power_iters == 0:
-        Ys = Y / ysafe                     # top singular value from the s x s Gram matrix
-        lam = jnp.linalg.eigvalsh(_mm(Ys.conj().T, Ys))[-1]
-        spec_est = ysafe * jnp.sqrt(jnp.maximum(lam, 0.0) / s)
-    else:
+    spec_bound = yc * jnp.sqrt(y2 / q)          # <= fro_bound: q >= tau s (q is exact)
+    if power_iters == 0:   # root of the top eigenvalue of the sample covariance Y Y^H / s
+        spec_est = _top_singular(Y, rdt) / math.sqrt(s)
+    else:                  # Rayleigh-Ritz: ||E^H Q||_2 <= ||E||_2 for orthonormal Q
         Z = Y
-        for _ in range(power_iters):
+        for it in range(power_iters):
             Q = jnp.linalg.qr(Z, mode="reduced")[0]
-            B = rmv(Q)
-            Z = mv(B)
-        spec_est = jnp.linalg.norm(B, 2)
+            B = op.rmatmat(Q) - _lowrank_apply(H, None if G is None else G.conj().T, F, Q)
+            if it + 1 < power_iters:
+                Z = op.matmat(B) - _lowrank_apply(F, G, H, B)
+        spec_est = _top_singular(B, rdt)
     spec_est = jnp.minimum(spec_est, spec_bound)
     return ErrorCertificate(fro_est.astype(rdt), fro_bound.astype(rdt), spec_est.astype(rdt),
-                            spec_bound.astype(rdt), (asafe * jnp.sqrt(a2 / s)).astype(rdt),
+                            spec_bound.astype(rdt), (ac * jnp.sqrt(a2 / s)).astype(rdt),
                             jnp.asarray(delta, rdt))
+
+
+#: decompositions draw their certificate's vectors from ``fold_in(key, CERT_STREAM)``, a
+#: stream they never use themselves, so the vectors are independent of the factors
+CERT_STREAM = 0x5EED
+
+
+def certify_result(key, op: LinearOperator, factors, delta: float) -> ErrorCertificate:
+    """The certificate a decomposition attaches to its result (``confidence=``): the
+    decomposition's own ``key`` folded with :data:`CERT_STREAM`, default test vectors."""
+    return certify_factors(jax.random.fold_in(key, CERT_STREAM), op, *factors,
+                           DEFAULT_NUM_VECTORS, delta)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))

@@ -353,18 +353,11 @@ def _column_id(key, op, k, l, opts: _Options):
     return TwoSidedID(I, J, Wr, C[I], W, eta, eta_r, rank, nr, bound)
 
 
-#: the certificate's test vectors come from ``fold_in(key, _CERT_STREAM)``: a stream the
-#: decomposition never uses, so they are independent of the factors they certify
-_CERT_STREAM = 0x5EED
-
-
 def _with_certificate(res, key, op, delta):
     """``res`` with its :class:`~rdr_jax.certify.ErrorCertificate` (when ``delta``)."""
     if delta is None:
         return res
-    cert = CE.certify_factors(jax.random.fold_in(key, _CERT_STREAM), op, *res.factors(),
-                              CE.DEFAULT_NUM_VECTORS, delta)
-    return res._replace(error_certificate=cert)
+    return res._replace(error_certificate=CE.certify_result(key, op, res.factors(), delta))
 
 
 @functools.partial(jax.jit, static_argnames=("k", "l", "opts"))
@@ -453,7 +446,8 @@ def _interpolative_tol(key, op, tol, opts: _TolOptions):
     S = jnp.where(valid[:, None] & valid[None, :], C[I], 0)
     pad = jnp.diag((~valid).astype(S.dtype))
     Wr = jnp.linalg.solve((S + pad).T, C.T).T
-    Wr = jnp.where(jnp.all(jnp.isfinite(Wr)), Wr, _mm(C, jnp.linalg.pinv(S)))
+    Wr = jax.lax.cond(jnp.all(jnp.isfinite(Wr)), lambda: Wr,        # singular S: pinv
+                      lambda: _mm(C, jnp.linalg.pinv(S)))
     eta_r = P.eta_from_interpolation(Wr.T)
     return _with_certificate(TwoSidedID(I, J, Wr, S, W, eta, eta_r, rank, nr, None, est, eb),
                              key, op, opts.delta)

@@ -276,7 +276,7 @@ def _certifier(op, key, cfg: _Config, rdt, k0):
     module docstring, on ``cfg.cert_vectors`` fresh Gaussian vectors (stream
     ``fold_in(key', j + 1)`` for the j-th certification)."""
     s_c = cfg.cert_vectors
-    _, sketch_c = _sketcher(op, jax.random.fold_in(key, 0x7FFFFFFF), s_c, rdt)
+    _, sketch_c = _sketcher(op, jax.random.fold_in(key, CE.CERT_STREAM), s_c, rdt)
     a2_exact = _exact_norm2(op, k0)
     cplx = np.dtype(op.dtype).kind == "c"
     dof = 2 if cplx else 1

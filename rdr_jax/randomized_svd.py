@@ -150,9 +150,8 @@ def _rsvd_jit(key, op, k, l, sketch, power_iters, stable):
 def _rsvd_certified_jit(key, op, k, l, sketch, power_iters, stable, delta):
     from rdr_jax import certify as CE       # (certify imports this module's RSVD)
     res = _rsvd_jit(key, op, k, l, sketch, power_iters, stable)
-    cert = CE.certify_factors(jax.random.fold_in(key, 0x5EED), op, res.U * res.s[None, :],
-                              None, res.Vt.conj().T, CE.DEFAULT_NUM_VECTORS, delta)
-    return res, cert
+    factors = (res.U * res.s[None, :], None, res.Vt.conj().T)
+    return res, CE.certify_result(key, op, factors, delta)
 
 
 def rsvd(key, A: Any, k: int, *, oversample: int = 10, l: int | None = None,

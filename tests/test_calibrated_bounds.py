@@ -19,9 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import rdr_jax as R
 from rdr_jax import angles as AN
 from rdr_jax import matrices as M
+from tests.test_angles import _true_sines_batch
 
 N, K, R1, TRIALS = 200, 20, 20, 500
 LS = (24, 32, 40)            # 1.2k, 1.6k, 2k
@@ -73,18 +73,6 @@ def _thesis_reference(s, k, l, p, eps=1.0, lower=False):
     e1, e2 = eps * math.sqrt(k / l), eps * math.sqrt(l / (r - k))
     c = (1 + e1) / (1 - e2) if lower else (1 - e1) / (1 + e2)
     return (1 + c * l * s[:k] ** p / np.sum(s[k:] ** p)) ** -0.5
-
-
-@functools.partial(jax.jit, static_argnames=("k", "l", "q"))
-def _true_sines_batch(A, Ut, Vtt, keys, k, l, q):
-    """sin angle(U_k, U_hat_l), sin angle(V_k, V_hat_l) of rank-l rSVDs, one per key:
-    range(U_hat_l) = range(Q) (the rSVD's rangefinder), range(V_hat_l) = range(A^T Q)."""
-    def one(kk):
-        Q = R.rangefinder(kk, A, l, power_iters=q)
-        Vh = jnp.linalg.qr(jnp.matmul(A.T, Q, precision=jax.lax.Precision.HIGHEST))[0]
-        left = AN._sines_orthonormal(Q, Ut[:, :k])
-        return left, AN._sines_orthonormal(Vh, Vtt[:k].T, after=left)
-    return jax.vmap(one)(keys)
 
 
 @functools.lru_cache(maxsize=None)

@@ -101,7 +101,7 @@ def test_bound_probability_is_not_wildly_conservative_for_rank_one(x64):
 
 
 @pytest.mark.parametrize("kind", ["dense", "sparse", "implicit", "factored"])
-def test_every_operator_kind_without_densifying(kind, dtype):
+def test_every_operator_kind(kind, dtype):
     import scipy.sparse as sp
     rng = np.random.default_rng(5)
     S = sp.random(200, 150, density=0.05, random_state=5, dtype=np.float64)

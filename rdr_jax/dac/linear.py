@@ -57,6 +57,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import numbers
@@ -664,9 +665,20 @@ def label_invariant_theory(X: Float[Array, "N d"], X_aug: Float[Array, "alpha N 
                                 (dims.d - dims.d_aug + dims.d_prime) * s2)
 
 
-@functools.partial(jax.jit, static_argnames=("num_draws", "risk", "hard", "rtol"))
-def _mc(key, X, X_aug, theta_star, sigma, lam, num_draws, risk, hard, rtol):
-    W = _stack(X, X_aug) if risk == "augmented" else X
+@dataclasses.dataclass(frozen=True)
+class _MCConfig:
+    """Static settings of :func:`monte_carlo_risks` (hashable; one compilation each)."""
+
+    num_draws: int
+    risk: str
+    hard: bool
+    rtol: Optional[float]
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _mc(key, X, X_aug, theta_star, sigma, lam, cfg: _MCConfig):
+    num_draws, hard, rtol = cfg.num_draws, cfg.hard, cfg.rtol
+    W = _stack(X, X_aug) if cfg.risk == "augmented" else X
     f = X @ theta_star
     lam_ = None if hard else lam
 
@@ -721,7 +733,7 @@ def monte_carlo_risks(key: jax.Array, X: Float[Array, "N d"],
     hard = lam is None
     return _mc(key, X, X_aug, theta_star, jnp.asarray(sigma, X.dtype),
                jnp.zeros((), X.dtype) if hard else jnp.asarray(lam, X.dtype),
-               num_draws, risk, hard, _check_rtol(rtol))
+               _MCConfig(num_draws, risk, hard, _check_rtol(rtol)))
 
 
 # ======================================================================================

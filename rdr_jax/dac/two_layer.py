@@ -52,6 +52,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import numbers
 from typing import Any, NamedTuple
@@ -361,15 +362,27 @@ def make_data(key, *, n: int, d: int, q: int, d_causal: int, alpha: int, d_aug, 
         teacher = _check_params(teacher, d)
         teacher = TwoLayerParams(jnp.asarray(teacher.B, dt), jnp.asarray(teacher.w, dt))
     return _make_data(key, d_aug, jnp.asarray(sigma, dt), jnp.asarray(aug_scale, dt), teacher,
-                      n=n, d=d, q=q, d_causal=d_causal, alpha=alpha, n_test=n_test,
-                      dtype=dt.name)
+                      _DataShape(n, d, q, d_causal, alpha, n_test, dt.name))
 
 
-@functools.partial(jax.jit, static_argnames=("n", "d", "q", "d_causal", "alpha", "n_test",
-                                             "dtype"))
-def _make_data(key, d_aug, sigma, aug_scale, teacher, *, n, d, q, d_causal, alpha, n_test,
-               dtype) -> TwoLayerData:
-    dt = np.dtype(dtype)
+@dataclasses.dataclass(frozen=True)
+class _DataShape:
+    """Static sizes of :func:`make_data` (hashable; one compilation each)."""
+
+    n: int
+    d: int
+    q: int
+    d_causal: int
+    alpha: int
+    n_test: int
+    dtype: str
+
+
+@functools.partial(jax.jit, static_argnames=("shape",))
+def _make_data(key, d_aug, sigma, aug_scale, teacher, shape: _DataShape) -> TwoLayerData:
+    n, d, q, d_causal = shape.n, shape.d, shape.q, shape.d_causal
+    alpha, n_test = shape.alpha, shape.n_test
+    dt = np.dtype(shape.dtype)
     kt, kg = jax.random.split(key)
     if teacher is None:
         teacher = _teacher(kt, d, q, d_causal, dt.name)
@@ -640,8 +653,35 @@ def make_train_step(optimizer: optax.GradientTransformation, method: str, *, lam
     return step
 
 
-@functools.partial(jax.jit, static_argnames=("method", "hard", "width", "steps", "optimizer"))
-def _fit(key, X, y, X_aug, lam, c_w, learning_rate, *, method, hard, width, steps, optimizer):
+@dataclasses.dataclass(frozen=True)
+class _FitConfig:
+    """Static settings of the training scan (hashable; one compilation each). ``optimizer``
+    is an optax transformation (hashed by identity) or None for the default Adam."""
+
+    method: str
+    hard: bool
+    width: int
+    steps: int
+    optimizer: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _FitSpec:
+    """The user's training options, before validation (see :func:`fit_dac`)."""
+
+    method: str
+    lam: Any
+    width: Any
+    steps: Any
+    learning_rate: Any
+    c_w: Any
+    optimizer: Any
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _fit(key, X, y, X_aug, lam, c_w, learning_rate, cfg: _FitConfig):
+    method, hard, width, steps, optimizer = (cfg.method, cfg.hard, cfg.width, cfg.steps,
+                                             cfg.optimizer)
     if optimizer is None:
         optimizer = optax.adam(optax.cosine_decay_schedule(learning_rate, steps))
     P_null = _subspace(X, X_aug).P_null if hard else None
@@ -659,8 +699,9 @@ def _fit(key, X, y, X_aug, lam, c_w, learning_rate, *, method, hard, width, step
     return FitResult(params, losses)
 
 
-def _fit_checked(key, X, y, X_aug, *, method, lam, width, steps, learning_rate, c_w,
-                 optimizer):
+def _fit_checked(key, X, y, X_aug, spec: _FitSpec):
+    method, optimizer, learning_rate = spec.method, spec.optimizer, spec.learning_rate
+    width, steps, lam, c_w = spec.width, spec.steps, spec.lam, spec.c_w
     key = V.check_key(key)
     X, y, X_aug = _check_xy(X, y, X_aug)
     width = V.check_int("width", width, low=1)
@@ -684,7 +725,7 @@ def _fit_checked(key, X, y, X_aug, *, method, lam, width, steps, learning_rate, 
     lam_arr = jnp.asarray(0.0 if lam is None else lam, dt)
     cw_arr = None if c_w is None else jnp.asarray(c_w, dt)
     return _fit(key, X, y, X_aug, lam_arr, cw_arr, jnp.asarray(learning_rate, dt),
-                method=method, hard=hard, width=width, steps=steps, optimizer=optimizer)
+                _FitConfig(method, hard, width, steps, optimizer))
 
 
 def fit_da_erm(key, X: Float[Array, "n d"], y: Float[Array, " n"],
@@ -721,8 +762,8 @@ def fit_da_erm(key, X: Float[Array, "n d"], y: Float[Array, " n"],
         res = fit_da_erm(jax.random.key(1), X, y, X_aug, width=8, c_w=2.0)
         excess_risk(res.params, X_test, f_test)
     """
-    return _fit_checked(key, X, y, X_aug, method="da_erm", lam=None, width=width, steps=steps,
-                        learning_rate=learning_rate, c_w=c_w, optimizer=optimizer)
+    return _fit_checked(key, X, y, X_aug, _FitSpec("da_erm", None, width, steps,
+                                                   learning_rate, c_w, optimizer))
 
 
 def fit_dac(key, X: Float[Array, "n d"], y: Float[Array, " n"],
@@ -760,5 +801,5 @@ def fit_dac(key, X: Float[Array, "n d"], y: Float[Array, " n"],
         sub = augmentation_subspace(X, X_aug)
         jnp.abs(sub.P_range @ res.params.B).max()      # ~ 0: invariant first layer
     """
-    return _fit_checked(key, X, y, X_aug, method="dac", lam=lam, width=width, steps=steps,
-                        learning_rate=learning_rate, c_w=c_w, optimizer=optimizer)
+    return _fit_checked(key, X, y, X_aug, _FitSpec("dac", lam, width, steps, learning_rate,
+                                                   c_w, optimizer))
