@@ -1523,7 +1523,8 @@ def plan_budget(k: int, num_matvecs: int, *, spectrum: Any = None, gap: Any = No
 def angle_report(key: Any, A: Any, k: int, l: int, power_iters: int, *,
                  true_svd: Any = None, num_trials: int = 3, eps: float = 1.0,
                  lower_eps: float = 2.0, sketch: Any = "gaussian", stable: bool = True,
-                 residual: str = "auto", estimate_options: dict | None = None) -> AngleReport:
+                 residual: str = "auto", estimate_options: dict | None = None,
+                 constants: str = "thesis") -> AngleReport:
     """Run a rank-l rSVD of A with ``power_iters`` (q in the thesis) power iterations and
     compute every Chapter 3 quantity.
 
@@ -1551,6 +1552,9 @@ def angle_report(key: Any, A: Any, k: int, l: int, power_iters: int, *,
       residual: ``"auto"``/``"exact"``/``"estimate"``, see :func:`posterior_residuals`.
       estimate_options: extra keyword arguments for :func:`unbiased_estimate` (e.g.
         ``{"method": "qr"}``).
+      constants: ``"thesis"`` (default) or ``"calibrated"``: the Thm 3.1 constants of both
+        prior bounds (:func:`space_agnostic_bound`); with ``"calibrated"`` the quantiles fix
+        the constants, so ``eps`` and ``lower_eps`` must be left at their defaults.
 
     Raises:
       ValueError: bad arguments (see the parts), or a spectrum whose powers the estimator
@@ -1583,6 +1587,13 @@ def angle_report(key: Any, A: Any, k: int, l: int, power_iters: int, *,
         raise ValueError(f"need l < r = rank(A) = {r}; got l = {l}")
     if l > r - k:
         raise ValueError(f"need l <= r - k = {r - k} (r = rank(A) = {r}) for the estimator")
+    constants = _check_constants(constants)
+    if constants == "calibrated":
+        if (eps, lower_eps) != (1.0, 2.0):
+            raise ValueError(f"eps and lower_eps scale the thesis' constants only; with "
+                             f"constants='calibrated' leave them at 1.0 and 2.0, got "
+                             f"eps = {eps!r}, lower_eps = {lower_eps!r}")
+        eps = lower_eps = 1.0
     k_svd, k_est, k_est_hat, k_norm = jax.random.split(key, 4)
     svd = rsvd(k_svd, op, l, l=l, power_iters=q, sketch=sk, stable=stable)
     rdt = svd.s.dtype
@@ -1599,9 +1610,10 @@ def angle_report(key: Any, A: Any, k: int, l: int, power_iters: int, *,
         sides = []
         for side in _SIDES:
             sides.append(SideBounds(
-                prior_upper=space_agnostic_bound(s, k, l, q, side=side, eps=eps),
+                prior_upper=space_agnostic_bound(s, k, l, q, side=side, eps=eps,
+                                                 constants=constants),
                 prior_lower=space_agnostic_bound(s, k, l, q, side=side, eps=lower_eps,
-                                                 lower=True),
+                                                 lower=True, constants=constants),
                 estimate=unbiased_estimate(kest, s, k, l, q, side=side, num_trials=num_trials,
                                            **est_opts),
                 residual=residual_bound(res, s, side=side),

@@ -888,6 +888,18 @@ def test_angle_report_consistent_with_the_parts():
                 assert np.all(_np(bound) >= _np(true) * (1 - 1e-9))
         with pytest.raises(ValueError, match="l <= r - k"):
             AN.angle_report(jax.random.key(1), A, 10, 95, 0)
+        # calibrated constants: both prior bounds switch, the rest of the report does not
+        cal = AN.angle_report(jax.random.key(1), A, k, l, q, constants="calibrated")
+        np.testing.assert_allclose(_np(cal.true.Uk_Ul), _np(rep.true.Uk_Ul))
+        for side in ("left", "right"):
+            b = getattr(cal.sigma, side)
+            for lower, got in ((False, b.prior_upper), (True, b.prior_lower)):
+                np.testing.assert_allclose(_np(got), _np(AN.space_agnostic_bound(
+                    rep.spectrum, k, l, q, side=side, lower=lower, constants="calibrated")))
+        with pytest.raises(ValueError, match="leave them at 1.0 and 2.0"):
+            AN.angle_report(jax.random.key(1), A, k, l, q, eps=2.0, constants="calibrated")
+        with pytest.raises(ValueError, match="constants must be"):
+            AN.angle_report(jax.random.key(1), A, k, l, q, constants="tight")
 
 
 # ======================================================================================
