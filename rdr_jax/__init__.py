@@ -29,6 +29,17 @@ Chapter 2 (randomized pivoting ID/CUR), one module per responsibility:
   any low-rank approximation (:func:`error_certificate`; beyond the thesis).
 
 Chapter 3 (canonical angles): :mod:`rdr_jax.angles`.
+
+Chapters 4-5 and their models (subpackages imported on their own, ``import rdr_jax.dac``):
+
+* :mod:`rdr_jax.dac` -- data augmentation consistency (linear theory, two-layer and deep
+  DAC vs DA-ERM);
+* :mod:`rdr_jax.adawac` -- AdaWAC (the beta mirror-ascent optax transform, segmentation
+  data, losses, metrics, training);
+* :mod:`rdr_jax.models` -- the Flax NNX models (Ch. 4 classifiers, Ch. 5 segmentation networks);
+* :mod:`rdr_jax.training` -- the functional training plumbing they share.
+
+API reference: ``python docs/build.py`` writes it to ``docs/api/`` (open ``index.html``).
 """
 
 from rdr_jax import datasets, matrices, norms, operators, sketching

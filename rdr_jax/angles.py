@@ -242,7 +242,7 @@ class SpectrumBounds(NamedTuple):
 class AngleReport(NamedTuple):
     """Everything :func:`angle_report` computes for one rank-l rSVD of A.
 
-    * ``svd``: the rank-l :class:`~rdr_jax.RSVD` (U m x l, s (l,), Vt l x n);
+    * ``svd``: the rank-l :class:`rdr_jax.RSVD` (U m x l, s (l,), Vt l x n);
     * ``spectrum`` (r,): the true singular values; ``approx_spectrum`` (r,): ``s_hat``
       padded with ``s_hat_l`` (:func:`padded_spectrum`);
     * ``true``: :class:`TrueAngles`; ``residuals``: :class:`Residuals`;

@@ -342,11 +342,11 @@ def error_certificate(key, A: Any, approx, *, delta: float = 0.01,
     Args:
       key: ``jax.random.key``; must be independent of the one that built ``approx``.
       A: m x n matrix or operator.
-      approx: an ID/CUR result (``.factors()``), an :class:`~rdr_jax.RSVD`, or a tuple
+      approx: an ID/CUR result (``.factors()``), an :class:`rdr_jax.RSVD`, or a tuple
         ``(F, G, H)`` with ``A_hat = F G H^H`` (G may be None).
       delta: failure probability in (0, 1) of each bound.
-      num_vectors: s, the number of test vectors (>= :func:`min_vectors` (delta): fewer make
-        the bound more than 10x the estimate and raise).
+      num_vectors: s, the number of test vectors (>= :func:`rdr_jax.certify.min_vectors`
+        (delta): fewer make the bound more than 10x the estimate and raise).
       power_iters: Rayleigh-Ritz steps for ``spec_estimate`` (0: none; each costs two more
         passes over A and makes ``spec_estimate`` a guaranteed lower bound).
 

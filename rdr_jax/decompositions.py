@@ -496,7 +496,8 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
         (``.trim()`` cuts them eagerly). ``tol`` is traced: no recompilation per tolerance.
       side: ``"column"``, ``"row"`` or ``"two_sided"``.
       method, sketch, power_iters, stable, oversample, l: see
-        :func:`rdr_jax.selection.select_columns` (``method`` may be a :class:`Method`).
+        :func:`rdr_jax.selection.select_columns` (``method`` may be a
+        :class:`rdr_jax.selection.Method`).
       interp: ``"exact"`` or ``"sketch"`` (overrides the method's; default ``"exact"``).
       certify: compute the Frobenius bound (dense/sparse inputs).
       on_rank_deficient: k above the numerical rank of A makes the skeleton

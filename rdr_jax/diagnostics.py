@@ -81,9 +81,9 @@ def exact_singular_values(A: Any) -> np.ndarray:
     (host-only reference for experiments and tests).
 
     Dense/sparse/implicit inputs are densified (small problems only). For a
-    :class:`~rdr_jax.operators.FactoredOperator` ``L diag(d) R^H`` the values come from the
-    r x r core ``M_L diag(d) M_R^H`` (:func:`factor_core`), so a 10^6 x 10^6 factored
-    matrix costs O(nnz r + r^3).
+    :class:`rdr_jax.operators.FactoredOperator` ``L diag(d) R^H`` the values come from the
+    r x r core ``M_L diag(d) M_R^H`` (:func:`rdr_jax.diagnostics.factor_core`), so a
+    10^6 x 10^6 factored matrix costs O(nnz r + r^3).
     """
     op = as_operator(A)
     if isinstance(op, FactoredOperator):
@@ -99,7 +99,7 @@ def _dense64(op: LinearOperator) -> np.ndarray:
 
 def low_rank_factors(approx, shape) -> tuple:
     """``(F, G, H)`` with ``A_hat = F G H^H`` (G None for the identity) from an ID/CUR result
-    (``.factors()``), an :class:`~rdr_jax.randomized_svd.RSVD` (``F = U diag(s)``,
+    (``.factors()``), an :class:`rdr_jax.randomized_svd.RSVD` (``F = U diag(s)``,
     ``H = V``) or a tuple ``(F, G, H)``; ValueError when the factors do not fit an A of
     ``shape`` ("not an approximation of this A"), TypeError for anything else."""
     if isinstance(approx, RSVD):
@@ -139,7 +139,7 @@ def lowrank_error(A: Any, approx, *, key=None, dense_limit: int = 1 << 26,
     (host-side diagnostic, float64).
 
     ``approx`` is an ID/CUR result (anything with ``.factors()``), an
-    :class:`~rdr_jax.randomized_svd.RSVD`, or a tuple ``(F, G, H)`` (G may be None).
+    :class:`rdr_jax.randomized_svd.RSVD`, or a tuple ``(F, G, H)`` (G may be None).
     Exact for dense inputs and for sparse inputs with ``m n <= dense_limit`` (densified,
     float64 SVD), and for factored inputs ``A = L diag(d) R^H`` when
     ``range(F) in range(L)``, ``range(H) in range(R)`` (true for anything built from A's rows,

@@ -57,7 +57,7 @@ above the estimate-based one (the error must be ~1.8x below ``tol`` to certify).
 Scaling: every sketch is computed as ``2^k A Omega'`` with an exact power of two ``2^k``
 chosen so that ``|Y'| ~ 1`` (``k = 0``, i.e. bit-identical arithmetic, unless the data are
 within a factor ``2^(maxexp/4)`` of under/overflow): for dense and sparse inputs from the
-largest ``|a_ij|`` decoded from its bits (:mod:`rdr_jax._fp`), for other operators from the
+largest ``|a_ij|`` decoded from its bits (``rdr_jax._fp``), for other operators from the
 first sketch. Matrices scaled by e.g. 1e-30 or 1e30 in float32 (whose squared norms would
 under/overflow) therefore give the same skeletons as the unscaled matrix, and dense or sparse
 inputs with subnormal entries -- which XLA flushes to zero in arithmetic -- are rescaled
@@ -597,8 +597,8 @@ def exact_prefix(op: Any, cols, C, rank, tol, *, estimate=None):
         ``||A - C_j C_j^+ A||_F^2 = ||A||_F^2 - sum_{i<=j} ||B(i, :)||^2``,
 
     so one pass gives the error of every prefix. This needs ``||A||_F`` exactly: it is used
-    for :class:`~rdr_jax.operators.DenseOperator` and
-    :class:`~rdr_jax.operators.SparseOperator` inputs when ``tol^2 >= 1e3 eps`` (above the
+    for :class:`rdr_jax.operators.DenseOperator` and
+    :class:`rdr_jax.operators.SparseOperator` inputs when ``tol^2 >= 1e3 eps`` (above the
     rounding level of the difference); otherwise ``j = rank`` (the sketch-based rank) and
     ``W = C^+ A``.
 

@@ -4,7 +4,7 @@
 * :func:`snn` -- sparse non-negative ``A = X diag(d) Y^T`` (Eqs. ``eq:cur_snn_def``,
   ``eq:snn-def``): X (m x r), Y (n x r) sparse with U(0, 1) entries at a given density and
   ``d_i = a / i`` for ``i <= r1``, ``1 / i`` after (:func:`snn_spectrum`). Dense, or factored
-  (a :class:`~rdr_jax.operators.FactoredOperator` that scales to 10^6 x 10^6).
+  (a :class:`rdr_jax.operators.FactoredOperator` that scales to 10^6 x 10^6).
   :func:`snn1e3` and :func:`snn1e6` are the thesis' two instances.
 * :func:`with_spectrum` -- ``A = U diag(s) V^H`` with Haar-random orthonormal U, V
   (orthonormalised Gaussian matrices) and a prescribed spectrum; spectra helpers
@@ -81,7 +81,7 @@ def snn(key, m: int, n: int, *, r: int | None = None, a: float = 2.0, r1: int = 
       a, r1: spectrum parameters (ignored when ``spectrum`` is given).
       density: fraction of nonzeros in each factor, in (0, 1].
       spectrum: optional explicit weights d (length r, non-negative).
-      factored: return a :class:`~rdr_jax.operators.FactoredOperator` with sparse factors
+      factored: return a :class:`rdr_jax.operators.FactoredOperator` with sparse factors
         instead of a dense array (required for large m, n).
       dtype: float32/float64.
 

@@ -28,7 +28,7 @@ eager calls compile once per shape).
 
 **Scaling.** Pivots, ``T`` and ``eta`` are invariant to scaling X, and so are the results:
 every function first rescales its input by a power of two so that the largest entry lies in
-[1, 2) (exact: no rounding; :func:`rdr_jax._fp.normalize`), so Gram products neither overflow
+[1, 2) (exact: no rounding; ``rdr_jax._fp.normalize``), so Gram products neither overflow
 nor underflow. Any finite X -- e.g. float32 scaled by 1e-30 ... 1e30, subnormal X (which XLA on
 CPU otherwise reads as 0), an all-zero X -- gives finite, true results, and the pivots of
 normal inputs are exactly those of the unscaled algorithms. A Gram matrix the caller formed

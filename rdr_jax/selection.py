@@ -476,7 +476,7 @@ def select_columns(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = N
                    oversample: int | None = None, l: int | None = None) -> ColumnSelection:
     """Column skeletons by randomized pivoting (Lines 1-3 of ``algo:sketch_pivot_CUR_general``).
 
-    Math: build ``X`` (:func:`row_basis`), pivot to get ``cols``, return
+    Math: build ``X`` (:func:`rdr_jax.selection.row_basis`), pivot to get ``cols``, return
     ``W = X(:, cols)^+ X`` and ``eta = sqrt(1 + ||X_1^+ X_2||_2^2)`` so that
     ``||A - C C^+ A|| <= eta ||A - A W^+ W||`` (Eq. ``eq:pivoting_on_rangeapprox_error_bound``).
 
@@ -486,8 +486,8 @@ def select_columns(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = N
       k: number of skeletons (static), ``1 <= k <= min(m, n)``.
       method: ``"lupp"`` (default; Rand-LUPP, Algorithm ``algo:rand-id-lupp``), ``"cpqr"``,
         ``"deim"``, ``"leverage"``, ``"srcur"``, a thesis name such as ``"Rand-LUPP-1piter"``
-        (:data:`VARIANTS`), a pivoting object (``CPQR(impl="xla")``, ``Leverage("topk")``,
-        ``SRCUR(g=1.2)``) or a :class:`Method`.
+        (:data:`rdr_jax.selection.VARIANTS`), a pivoting object (``CPQR(impl="xla")``,
+        ``Leverage("topk")``, ``SRCUR(g=1.2)``) or a :class:`rdr_jax.selection.Method`.
       sketch: ``"gaussian"`` (default), ``"srtt"``, ``"sparse_sign"`` or a choice object
         (``SparseSign(zeta=4)``); overrides the method's.
       power_iters: q (static); default from the method (0, or 1 for the ``-1piter`` names).

@@ -338,7 +338,7 @@ class SparseSignSketch(_Sketch):
         formed.
 
         Row ``i`` of the result is ``sum_{(j, t): rows[j, t] = i} signs[j, t] A[j]``.
-        ``impl="auto"`` calls :func:`rdr_jax._kernels.sparse_sign_matmul`, a JAX primitive:
+        ``impl="auto"`` calls ``rdr_jax._kernels.sparse_sign_matmul``, a JAX primitive:
         on CPU a multithreaded numba kernel (private per-thread l x n accumulators, A streamed
         once) reached through the XLA FFI, equally fast eagerly and inside ``jit`` (about 5x
         one read of A for 65536 x 256 float32, l = 512, zeta = 8; XLA's own scatter-add is a
@@ -363,11 +363,11 @@ class SparseSignSketch(_Sketch):
         return _kernels.sparse_sign_matmul(A, self.rows, signs, self.l)
 
     def apply_sparse(self, S):
-        """``Gamma @ S`` for a :class:`~rdr_jax.operators.SparseOperator` S, O(nnz(S) zeta).
+        """``Gamma @ S`` for a :class:`rdr_jax.operators.SparseOperator` S, O(nnz(S) zeta).
 
         Column j of the result is ``sum_i S_ij Gamma[:, i]`` over the nonzeros of column j of
         S, each ``Gamma[:, i]`` holding zeta signs: a JAX primitive
-        (:func:`rdr_jax._kernels.sparse_sign_sparse_matmul`) that on CPU runs a numba kernel
+        (``rdr_jax._kernels.sparse_sign_sparse_matmul``) that on CPU runs a numba kernel
         over S's CSC order (one output column per task, no atomics; XLA:CPU's scatter-add of
         the nnz * zeta products is a serial loop) and elsewhere XLA's scatter-add. Bilinear
         in (S's values, signs), differentiable in both. A complex S is split into real and
@@ -438,12 +438,12 @@ def sparse_sign(key, l: int, m: int, zeta: int = 8, *, dtype=None) -> SparseSign
 # --------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Gaussian:
-    """Choice of a Gaussian embedding (:func:`gaussian`), e.g. ``rsvd(key, A, k,
-    sketch=Gaussian())``.
+    """Choice of a Gaussian embedding (:func:`rdr_jax.sketching.gaussian`), e.g.
+    ``rsvd(key, A, k, sketch=Gaussian())``.
 
-    ``generator="hash"`` (default, :func:`hash_normal`: a counter-based generator 3-5x faster
-    than threefry on CPU, where generating the l x m matrix otherwise costs more than the
-    GEMM it feeds) or ``"threefry"`` (``jax.random.normal``).
+    ``generator="hash"`` (default, :func:`rdr_jax.sketching.hash_normal`: a counter-based
+    generator 3-5x faster than threefry on CPU, where generating the l x m matrix otherwise
+    costs more than the GEMM it feeds) or ``"threefry"`` (``jax.random.normal``).
     """
 
     generator: str = "hash"
@@ -463,7 +463,7 @@ class Gaussian:
 
 @dataclasses.dataclass(frozen=True)
 class SRTT:
-    """Choice of a subsampled randomized trigonometric transform (:func:`srtt`).
+    """Choice of a subsampled randomized trigonometric transform (:func:`rdr_jax.sketching.srtt`).
     ``transform=None`` picks ``"dct"`` for real and ``"fft"`` for complex data."""
 
     transform: str | None = None
@@ -487,8 +487,9 @@ class SRTT:
 
 @dataclasses.dataclass(frozen=True)
 class SparseSign:
-    """Choice of a sparse sign embedding (:func:`sparse_sign`) with ``zeta`` nonzeros per
-    column (default 8; ``min(zeta, l)`` is used, the thesis' ``zeta = min(l, 8)``)."""
+    """Choice of a sparse sign embedding (:func:`rdr_jax.sketching.sparse_sign`) with
+    ``zeta`` nonzeros per column (default 8; ``min(zeta, l)`` is used, the thesis'
+    ``zeta = min(l, 8)``)."""
 
     zeta: int = 8
 

@@ -88,7 +88,7 @@ def streaming_sketches(key, blocks: Iterable[Any], shape: tuple[int, int], l: in
       dtype: working dtype (default: the first block's).
 
     Returns:
-      :class:`StreamingSketches` ``(X, Y)``.
+      :class:`rdr_jax.streaming.StreamingSketches` ``(X, Y)``.
 
     Raises:
       ValueError: blocks that do not tile ``shape`` along ``axis``, wrong widths, SRTT, NaN.

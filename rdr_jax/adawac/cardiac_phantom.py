@@ -207,8 +207,8 @@ def cardiac_phantom_cases(key, num_cases: int, num_slices: int, size: int, *,
     """Synthetic ACDC-like data set: ``num_cases`` training cases cut into slices and
     ``num_test_cases`` test volumes (thesis ``tab:acdc``, ``sec:experiments_adawac``).
 
-    Every case is a :func:`cardiac_phantom_volume`; training cases are named
-    ``patient0000..`` and test cases continue the numbering. The host generator is
+    Every case is a :func:`rdr_jax.adawac.cardiac_phantom.cardiac_phantom_volume`; training
+    cases are named ``patient0000..`` and test cases continue the numbering. The host generator is
     ``np.random.default_rng`` seeded with ``jax.random.key_data(key)``, so the same key gives
     the same data and different keys give different data.
 
@@ -219,11 +219,12 @@ def cardiac_phantom_cases(key, num_cases: int, num_slices: int, size: int, *,
         size: Python int >= 8, in-plane size (square).
         num_test_cases: Python int >= 0; default ``max(1, 2 * num_cases // 7)`` (ACDC's
             70 : 20 split).
-        noise, deform, texture, heart_extent: see :func:`cardiac_phantom_volume`.
+        noise, deform, texture, heart_extent: see
+            :func:`rdr_jax.adawac.cardiac_phantom.cardiac_phantom_volume`.
 
     Returns:
-        :class:`SegmentationData` (``train`` slices, ``test`` volumes or None when
-        ``num_test_cases = 0``, ``val = None``, ``num_classes = 4``, ACDC class names).
+        :class:`rdr_jax.adawac.data.SegmentationData` (``train`` slices, ``test`` volumes or
+        None when ``num_test_cases = 0``, ``val = None``, ``num_classes = 4``, ACDC class names).
 
     Example:
         >>> d = cardiac_phantom_cases(jax.random.key(1), 2, 8, 16, num_test_cases=1)

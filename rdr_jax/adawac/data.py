@@ -391,7 +391,7 @@ def load_synapse(root: PathLike, *, list_dir: Optional[PathLike] = None, size: A
     Args:
         root: the Synapse folder.
         list_dir: folder with ``train.txt`` / ``test_vol.txt`` or None.
-        size, image_order: see :func:`load_synapse_train`.
+        size, image_order: see :func:`rdr_jax.adawac.data.load_synapse_train`.
         load_test: also load the test volumes.
 
     Returns:
@@ -577,7 +577,7 @@ def make_subset(ds: SliceDataset, kind: str, *,
     * ``half-slice``: slices with an even slice number in every case (halving the scanning
       frequency);
     * ``half-vol``: the slices of half of the cases: ``cases`` if given (e.g.
-      :data:`SYNAPSE_HALF_VOL_CASES`, the authors' 9 of 18), otherwise the first
+      :data:`rdr_jax.adawac.data.SYNAPSE_HALF_VOL_CASES`, the authors' 9 of 18), otherwise the first
       ``n_cases // 2`` cases in dataset order;
     * ``half-sparse``: in every case the first ``ceil(n_c / 2)`` slices by slice number (the
       same count as ``half-slice``), mostly label-sparse.
@@ -586,7 +586,7 @@ def make_subset(ds: SliceDataset, kind: str, *,
 
     Args:
         ds: a :class:`SliceDataset`.
-        kind: one of :data:`SUBSETS` (``_`` accepted for ``-``).
+        kind: one of :data:`rdr_jax.adawac.data.SUBSETS` (``_`` accepted for ``-``).
         cases: only for ``half-vol``: the case names to keep.
 
     Returns:

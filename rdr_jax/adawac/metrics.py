@@ -156,9 +156,10 @@ def _check_class_map(name: str, a: Any, num_classes: int) -> np.ndarray:
 def volume_metrics(pred, label, num_classes: int) -> VolumeMetrics:
     """Per-class DSC and HD95 of one predicted 3-D volume (thesis ``sec:experiments_adawac``).
 
-    For ``k = 1..num_classes-1``: :func:`binary_dice_hd95` of ``pred == k`` and ``label ==
-    k`` (DSC ``2|P n G|/(|P|+|G|)``, HD95 the 95th percentile of the pooled symmetric surface
-    distances in voxel units as medpy's ``hd95``; both empty -> (1, 0), one empty -> (0, 0)).
+    For ``k = 1..num_classes-1``: :func:`rdr_jax.adawac.metrics.binary_dice_hd95` of
+    ``pred == k`` and ``label == k`` (DSC ``2|P n G|/(|P|+|G|)``, HD95 the 95th percentile
+    of the pooled symmetric surface distances in voxel units as medpy's ``hd95``; both
+    empty -> (1, 0), one empty -> (0, 0)).
 
     Args:
         pred: ``(slices, H, W)`` integer (or integer-valued float) class map.

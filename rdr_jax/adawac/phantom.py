@@ -217,10 +217,10 @@ def phantom_cases(key, num_cases: int, num_slices: int, size: int, *,
     """Synthetic Synapse-like data set: ``num_cases`` training cases cut into slices and
     ``num_test_cases`` test volumes (thesis ``ch:adawac``, ``subsec:pixel-wise-classification``).
 
-    Every case is a :func:`phantom_volume`; training cases are named ``case0000..`` and test
-    cases continue the numbering. The host generator is ``np.random.default_rng`` seeded with
-    ``jax.random.key_data(key)``, so the same key gives the same data and different keys give
-    different data.
+    Every case is a :func:`rdr_jax.adawac.phantom.phantom_volume`; training cases are named
+    ``case0000..`` and test cases continue the numbering. The host generator is
+    ``np.random.default_rng`` seeded with ``jax.random.key_data(key)``, so the same key gives
+    the same data and different keys give different data.
 
     Args:
         key: a JAX PRNG key.
@@ -229,11 +229,12 @@ def phantom_cases(key, num_cases: int, num_slices: int, size: int, *,
         size: Python int >= 8, in-plane size (square).
         num_test_cases: Python int >= 0; default ``max(1, 2 * num_cases // 3)`` (the
             Synapse 18 : 12 ratio).
-        deform, z_scale, noise, texture, block_center: see :func:`phantom_volume`.
+        deform, z_scale, noise, texture, block_center: see
+            :func:`rdr_jax.adawac.phantom.phantom_volume`.
 
     Returns:
-        :class:`SegmentationData` (``train`` slices, ``test`` volumes or None when
-        ``num_test_cases = 0``, ``num_classes = 9``, Synapse class names).
+        :class:`rdr_jax.adawac.data.SegmentationData` (``train`` slices, ``test`` volumes or
+        None when ``num_test_cases = 0``, ``num_classes = 9``, Synapse class names).
 
     Example:
         >>> d = phantom_cases(jax.random.key(1), 2, 8, 16, num_test_cases=1)

@@ -156,10 +156,10 @@ def weight_heatmaps(history: Any, case_index: Any, *, slice_order: Optional[Any]
             ``(epochs, num_slices)`` (row ``i`` of the data set = column ``i``), NaN where a
             slice was not seen.
         case_index: int ``(num_slices,)``, the case (patient) of each slice
-            (:attr:`SliceDataset.case_index`).
+            (:attr:`rdr_jax.adawac.data.SliceDataset.case_index`).
         slice_order: optional permutation of ``range(num_slices)``: the column order.
         slice_index: optional int ``(num_slices,)``, slice number within its case
-            (:attr:`SliceDataset.slice_index`), used by the default order.
+            (:attr:`rdr_jax.adawac.data.SliceDataset.slice_index`), used by the default order.
         foreground: optional bool ``(num_slices,)``, whether the slice has non-background
             pixels (:func:`rdr_jax.adawac.data.has_foreground`).
         title: optional figure title.

@@ -104,13 +104,13 @@ class OODRisks(NamedTuple):
     """Target-domain expected excess risks at one ``sigma_t`` (Monte-Carlo).
 
     Attributes:
-        dac, da_erm: :class:`~rdr_jax.dac.linear.MCEstimate`.
-        eer_e: ``EER_e`` (:class:`MCEstimate`).
+        dac, da_erm: :class:`rdr_jax.dac.linear.MCEstimate`.
+        eer_e: ``EER_e`` (:class:`rdr_jax.dac.linear.MCEstimate`).
         erm_minus_dac_bound: ``sigma_t^2 EER_e`` -- the theorem's lower bound on
             ``da_erm - dac``.
-        margin: :class:`MCEstimate` of ``da_erm - dac - sigma_t^2 EER_e`` (paired over the
-            same draws, so its standard error is small); the theorem says its mean is
-            ``>= 0``.
+        margin: :class:`rdr_jax.dac.linear.MCEstimate` of ``da_erm - dac - sigma_t^2 EER_e``
+            (paired over the same draws, so its standard error is small); the theorem says its
+            mean is ``>= 0``.
     """
     dac: MCEstimate
     da_erm: MCEstimate

@@ -419,7 +419,7 @@ def augmented_design(X: Float[Array, "N d"], X_aug: Float[Array, "alpha N d"]) -
         X_aug: augmentations, ``(alpha, N, d)`` with ``X_aug[j, i] = x_{i, j+1}``.
 
     Returns:
-        :class:`AugmentedDesign` ``(A, M, Delta)``.
+        :class:`rdr_jax.dac.linear.AugmentedDesign` ``(A, M, Delta)``.
 
     Example::
 
@@ -453,7 +453,7 @@ def dimensions(X: Float[Array, "N d"], X_aug: Float[Array, "alpha N d"], *,
         rtol: relative rank tolerance (module docstring); default ``max(rows, cols) eps``.
 
     Returns:
-        :class:`Dimensions` (0-d arrays).
+        :class:`rdr_jax.dac.linear.Dimensions` (0-d arrays).
 
     Example::
 
@@ -613,7 +613,7 @@ def expected_excess_risk(K: Float[Array, "d N"], X: Float[Array, "N d"],
         W: ``(n, d)`` risk design (``A~(X)`` for the label-invariant risk).
 
     Returns:
-        :class:`RiskTerms`.
+        :class:`rdr_jax.dac.linear.RiskTerms`.
 
     Example::
 
@@ -650,7 +650,7 @@ def label_invariant_theory(X: Float[Array, "N d"], X_aug: Float[Array, "alpha N 
         rtol: relative rank tolerance (module docstring).
 
     Returns:
-        :class:`LabelInvariantTheory` ``(dims, dac_risk, da_erm_risk)``.
+        :class:`rdr_jax.dac.linear.LabelInvariantTheory` ``(dims, dac_risk, da_erm_risk)``.
 
     Example::
 
@@ -715,7 +715,7 @@ def monte_carlo_risks(key: jax.Array, X: Float[Array, "N d"],
         risk: ``"augmented"`` or ``"original"``. rtol: rank tolerance.
 
     Returns:
-        :class:`MonteCarloRisks`.
+        :class:`rdr_jax.dac.linear.MonteCarloRisks`.
 
     Example::
 
@@ -821,7 +821,7 @@ def soft_dac_theory(X: Float[Array, "N d"], X_aug: Float[Array, "alpha N d"],
         rtol: relative rank tolerance (module docstring).
 
     Returns:
-        :class:`SoftDACTheory`; evaluate the exact risk at any lambda with
+        :class:`rdr_jax.dac.linear.SoftDACTheory`; evaluate the exact risk at any lambda with
         :func:`soft_dac_risk`.
 
     Example::
@@ -912,7 +912,7 @@ def optimal_lambda(X: Float[Array, "N d"], X_aug: Float[Array, "alpha N d"],
         rtol: relative rank tolerance.
 
     Returns:
-        :class:`OptimalLambda`.
+        :class:`rdr_jax.dac.linear.OptimalLambda`.
 
     Example::
 

@@ -1,0 +1,200 @@
+"""The API reference (``docs/build.py``, pdoc) builds offline and without warnings.
+
+The build runs in-process: no rdr_jax module touches ``jax_enable_x64`` or other jax
+configuration at import (checked below), and the build restores pdoc's configuration and the
+objects it adjusts. The "View Source" panels are left out (half the build time; the checks do
+not depend on them).
+"""
+
+import importlib.util
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_build_script():
+    spec = importlib.util.spec_from_file_location("rdr_jax_docs_build", ROOT / "docs" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module        # dataclasses look their module up while defined
+    spec.loader.exec_module(module)
+    return module
+
+
+docs_build = _load_build_script()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The rdr_jax reference, built once for this module."""
+    from rdr_jax.decompositions import ColumnID
+
+    x64, new_module = jax.config.jax_enable_x64, ColumnID.__new__.__module__
+    report = docs_build.build(tmp_path_factory.mktemp("api"), show_source=False)
+    assert jax.config.jax_enable_x64 == x64, "building the docs changed jax_enable_x64"
+    assert ColumnID.__new__.__module__ == new_module     # the NamedTuple adjustment is undone
+    return report
+
+
+def test_builds_without_warnings(reference):
+    """The CI check: what ``python docs/build.py --strict`` enforces."""
+    lines = [f"{where}:\n" + "\n".join(f"  {w}" for w in group)
+             for where, group in reference.by_file().items()]
+    assert not reference.warnings, "API reference warnings:\n" + "\n".join(lines)
+
+
+def test_every_public_module_has_a_page(reference):
+    modules = docs_build.discover_modules()
+    assert reference.modules == modules
+    for name in ("rdr_jax", "rdr_jax.angles", "rdr_jax.certify", "rdr_jax.randomized_svd",
+                 "rdr_jax.dac.linear", "rdr_jax.adawac.transform", "rdr_jax.models.unet",
+                 "rdr_jax.training"):
+        assert name in modules
+    assert not [m for m in modules if any(p.startswith("_") for p in m.split("."))]
+    for name in modules:
+        assert (reference.out / f"{name.replace('.', '/')}.html").is_file(), name
+    assert len(reference.pages) == len(modules) + 1          # + index.html
+    assert 'url=./rdr_jax.html' in (reference.out / "index.html").read_text()
+    assert (reference.out / "search.js").stat().st_size > 0
+
+
+def _page(reference, module: str) -> str:
+    return (reference.out / f"{module.replace('.', '/')}.html").read_text(encoding="utf-8")
+
+
+def test_key_pages_document_the_entry_points(reference):
+    top = _page(reference, "rdr_jax")
+    for name in ("cur", "interpolative", "rsvd", "error_certificate", "CUR", "Method"):
+        assert f'<section id="{name}">' in top, name
+    # Google sections and doctest examples are rendered, not left as plain text
+    cur = top[top.index('<section id="cur">'):]
+    cur = cur[:cur.index("</section>")]
+    assert '<h6 id="arguments">Arguments:</h6>' in cur and "Example:" in cur
+    assert '<span class="gp">&gt;&gt;&gt; </span>' in cur
+    assert '<section id="space_agnostic_bound">' in _page(reference, "rdr_jax.angles")
+    assert '<section id="beta_mirror_ascent">' in _page(reference, "rdr_jax.adawac.transform")
+    # the top page lists the subpackages that its __all__ leaves out
+    nav = top[top.index("<h2>Submodules</h2>"):top.index("<h2>API Documentation</h2>")]
+    for sub in ("dac", "adawac", "models", "randomized_svd", "training"):
+        assert f'<a href="rdr_jax/{sub}.html">{sub}</a>' in nav, sub
+
+
+def test_cross_references_are_links(reference):
+    """Roles become links to the documented objects (the full paths written for pdoc)."""
+    sketching = _page(reference, "rdr_jax.sketching")
+    assert '<code><a href="#gaussian">rdr_jax.sketching.gaussian()</a></code>' in sketching
+    decompositions = _page(reference, "rdr_jax.decompositions")
+    assert re.search(r'<code><a href="[^"]*#Method">rdr_jax\.selection\.Method</a></code>',
+                     decompositions)
+    plots = _page(reference, "rdr_jax.adawac.plots")
+    assert re.search(r'#SliceDataset\.case_index">rdr_jax\.adawac\.data\.SliceDataset\.case_index</a>',
+                     plots)
+    # NamedTuple constructors show evaluated annotations (no pdoc warning for them)
+    assert "Optional[jax" in decompositions
+
+
+def test_pages_are_offline_and_clean(reference):
+    files = [p for p in reference.out.rglob("*") if p.is_file()]
+    assert files
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert "XrEfMaRk" not in text, path                     # build markers removed
+        assert not re.search(r'<script[^>]+src="https?:', text), path
+        assert not re.search(r'<link[^>]+href="https?:', text), path
+
+
+# -- the strict checker itself, on a small package with known problems -------------------
+
+_PACKAGE = {
+    "__init__.py": '''\
+        """A package for the checker. See :func:`docpkg_t.good.f`, :func:`missing`, :func:`f`."""
+        ''',
+    "good.py": '''\
+        """Good module; its :class:`G` is local, :func:`numpy.linalg.svd` external."""
+
+
+        class G:
+            """A class; see :meth:`G.run` and :func:`f`."""
+
+            def run(self):
+                """Run."""
+
+
+        def f():
+            """Links :class:`G`.
+
+            Sphinx's short form :func:`~docpkg_t.good.f` links. Broken: :func:`the f <f>`,
+            :func:`numpy.linalg.nope`, :func:`docpkg_t._private.h` and :ref:`label`.
+            """
+        ''',
+    "broken.py": '''\
+        """Fails at import."""
+        raise ImportError("broken on purpose")
+        ''',
+    "_private.py": '''\
+        def h():
+            """Private."""
+        ''',
+}
+
+
+@pytest.fixture
+def docpkg(tmp_path, monkeypatch):
+    src = tmp_path / "src" / "docpkg_t"
+    src.mkdir(parents=True)
+    for name, text in _PACKAGE.items():
+        (src / name).write_text(textwrap.dedent(text))
+    monkeypatch.syspath_prepend(str(src.parent))
+    yield src
+    for name in [m for m in sys.modules if m == "docpkg_t" or m.startswith("docpkg_t.")]:
+        del sys.modules[name]
+
+
+def test_strict_checker_reports_each_problem_with_its_line(docpkg, tmp_path):
+    report = docs_build.build(tmp_path / "out", package="docpkg_t", show_source=False)
+    found = sorted((w.kind, Path(w.where.rsplit(":", 1)[0]).name, int(w.where.rsplit(":", 1)[1]),
+                    w.message.split()[0])
+                   for w in report.warnings if w.kind != "import")
+    assert found == [
+        ("role", "good.py", 14, ":func:`the"),
+        ("role", "good.py", 15, ":ref:`label`:"),
+        ("xref", "__init__.py", 1, ":func:`f`"),
+        ("xref", "__init__.py", 1, ":func:`missing`"),
+        ("xref", "good.py", 15, ":func:`docpkg_t._private.h`"),
+        ("xref", "good.py", 15, ":func:`numpy.linalg.nope`"),
+    ]
+    imports = [w for w in report.warnings if w.kind == "import"]
+    assert [(w.where, "broken on purpose" in w.message) for w in imports] == [
+        ("docpkg_t.broken", True)]
+    assert report.modules == ["docpkg_t", "docpkg_t.good"]
+    message = {w.message.split()[0]: w.message for w in report.warnings}
+    assert message[":func:`f`"].endswith("write :func:`docpkg_t.good.f`")   # the full path
+    assert "write ``docpkg_t._private.h``" in message[":func:`docpkg_t._private.h`"]
+    # the pages are still written, links that resolve are links
+    good = (tmp_path / "out" / "docpkg_t" / "good.html").read_text()
+    assert '<code><a href="#G">G</a></code>' in good
+    assert '<code><a href="#G.run">G.run()</a></code>' in good
+    assert '<code><a href="#f">docpkg_t.good.f()</a></code>' in good       # from "~"
+    assert "~" not in good[good.index('<section id="f">'):]
+
+
+def test_command_line_strict_exit_status_and_summary(docpkg, tmp_path, capsys):
+    out = tmp_path / "cli"
+    (out / "docpkg_t" / "old").mkdir(parents=True)
+    (out / "docpkg_t" / "old" / "removed.html").write_text("stale page")
+    (out / "docpkg_t" / "notes.txt").write_text("not ours")
+    assert docs_build.main(["--out", str(out), "--package", "docpkg_t", "--no-source"]) == 0
+    assert docs_build.main(["--out", str(out), "--package", "docpkg_t", "--no-source",
+                            "--strict"]) == 1
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-1] == f"docpkg_t API reference: 2 modules, 3 pages, 7 warnings -> {out}"
+    assert any(line.endswith("good.py: 4 warning(s)") for line in printed)
+    # stale pages of an earlier build are removed, other files are left alone
+    assert not (out / "docpkg_t" / "old").exists()
+    assert (out / "docpkg_t" / "notes.txt").read_text() == "not ours"
+    assert sorted(p.name for p in (out / "docpkg_t").iterdir()) == ["good.html", "notes.txt"]
