@@ -67,6 +67,8 @@ from rdr_jax.selection import (CPQR, DEIM, LUPP, SRCUR, ColumnSelection, Leverag
 from rdr_jax.sketching import SRTT, Gaussian, SparseSign
 from rdr_jax.streaming import (StreamingSkeletons, cur_from_skeletons, retrieve_skeletons,
                                streaming_sketches, streaming_skeletons)
+from rdr_jax import outofcore
+from rdr_jax.outofcore import DiskMatrix, streaming_cur
 
 __version__ = "0.1.0"
 
@@ -84,5 +86,5 @@ __all__ = [
     "Skeletons", "select_columns", "select_rows", "select_skeletons",
     "Gaussian", "SRTT", "SparseSign",
     "StreamingSkeletons", "cur_from_skeletons", "retrieve_skeletons", "streaming_sketches",
-    "streaming_skeletons",
+    "streaming_skeletons", "outofcore", "DiskMatrix", "streaming_cur",
 ]
