@@ -1,0 +1,397 @@
+"""The reproduction-report builder (experiments/report.py) on small synthetic results.
+
+No real experiment script runs here: the result JSONs, logs and manifests are written into
+``tmp_path`` in the scripts' formats, and the subprocess runner is exercised with three tiny
+stand-in scripts (succeeding, failing, hanging). About 5 s on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
+
+
+def _load_report():
+    spec = importlib.util.spec_from_file_location("report", EXPERIMENTS / "report.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["report"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+R = _load_report()
+
+
+def _write(path: Path, obj) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+    return path
+
+
+def _run(job: str, tmp: Path, *, status="ok", rc=0, stdout="", started=None, mode="quick"):
+    """A manifest run record for ``job`` whose stdout log holds ``stdout``."""
+    log = tmp / "logs" / f"{job.replace('/', '__')}.out"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(stdout)
+    return R.JobRun(job=job, mode=mode, command=f"experiments/{job}.py", status=status, rc=rc,
+                    wall_s=1.5, started="2026-01-01T00:00:00+00:00",
+                    started_unix=time.time() - 60 if started is None else started,
+                    stdout=str(log.relative_to(tmp)), stderr="",
+                    error_tail="Traceback ...\nValueError: boom" if status != "ok" else "")
+
+
+def _png(path: Path, dpi=200, size=(8, 4)) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=size)
+    x = np.linspace(0, 10, 400)
+    for k in range(6):
+        ax.plot(x, np.sin(x + k), label=f"curve {k}")
+    ax.legend()
+    ax.set_title("synthetic")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+# ------------------------------------------------------------------------ verdict collection
+def test_extract_claims_list_mapping_nested_info_and_not_evaluated():
+    doc = {"config": {"quick": True},
+           "claims": [{"id": "a_x", "claim": "A holds", "held": True, "detail": "1 < 2"},
+                      {"claim": "B (m=4) holds", "held": False, "detail": "3 > 2"},
+                      {"id": "i_cal", "claim": "information: calibrated", "held": False}],
+           "datasets": {"snn": {"claims": {"c_one": {"held": True, "detail": "ok"}},
+                                "claims_spectral_info": {"c_one": {"held": False}}}},
+           "not_evaluated": ["o4_fast (needs gaussian_fast)"]}
+    got = {(c["context"], c["id"]): c for c in R.extract_claims(doc)}
+    assert set(got) == {("", "a_x"), ("", "b_holds"), ("", "i_cal"), ("snn", "c_one"),
+                        ("", "o4_fast")}
+    assert got[("", "a_x")]["verdict"] == R.HELD and got[("", "a_x")]["detail"] == "1 < 2"
+    assert got[("", "b_holds")]["verdict"] == R.NOT_HELD
+    assert got[("", "i_cal")]["verdict"] == R.INFO          # information, not a thesis claim
+    assert got[("snn", "c_one")]["verdict"] == R.HELD        # *_info mappings are not claims
+    assert got[("", "o4_fast")]["verdict"] == R.NOT_EVALUATED
+    assert got[("", "o4_fast")]["detail"] == "needs gaussian_fast"
+    assert R._detect_mode([doc]) == "quick"
+
+
+def test_extract_claims_label_and_non_bool_held():
+    doc = {"table": "trim", "thesis_label": "tab:trim",
+           "claims": {"x": {"held": True}, "y": {"held": None}, "z": {"detail": "no held"}}}
+    got = {c["id"]: c for c in R.extract_claims(doc)}
+    assert set(got) == {"x", "y"}
+    assert got["x"]["label"] == "tab:trim"
+    assert got["y"]["verdict"] == R.NOT_EVALUATED
+
+
+def test_parse_stdout_claims_ids_texts_duplicates_and_progress_noise():
+    text = ("model-steps: 100%|####| 10/10 [00:01<00:00]\r\n"
+            "  [HELD] a_dac_beats_da_erm: DAC 90.1 vs DA-ERM 88.0\n"
+            "[NOT HELD] SRTT faster than Gaussian (l=64): gaussian/srtt = 0.58x\n"
+            "  [HELD] a_dac_beats_da_erm: DAC 90.1 vs DA-ERM 88.0\n"
+            "[HELD] weights/c_beta: AUC 0.95\n"
+            "HELD is not a verdict line\n")
+    got = R.parse_stdout_claims(text)
+    assert [(c["id"], c["verdict"]) for c in got] == [
+        ("a_dac_beats_da_erm", R.HELD), ("srtt_faster_than_gaussian", R.NOT_HELD),
+        ("weights/c_beta", R.HELD)]
+    assert got[1]["text"] == "SRTT faster than Gaussian (l=64)"
+    assert got[1]["detail"] == "gaussian/srtt = 0.58x"
+    assert R.parse_stdout_claims("") == []
+
+
+def test_slug_and_find_note_tail():
+    assert R.slug("(side remark) DEIM faster than CPQR at n=8192") == \
+        "deim_faster_than_cpqr_at_n"
+    assert R.find_note("adawac_tables", "a_adawac_beats_baseline_half-vol").text.endswith(
+        "on half-vol")
+    assert R.find_note("no_such_script", "x") == R.ClaimNote()
+
+
+def test_collect_job_annotates_from_registry_and_json(tmp_path):
+    job = R.JOB_BY_NAME["fig_space_agnostic_bounds"]
+    _write(tmp_path / job.name / "results.json", {
+        "config": {"quick": True, "env": {"jax": "0.0", "backend": "cpu"}},
+        "claims": [{"id": "a_upper_holds", "claim": "upper bounds hold", "held": True,
+                    "detail": "4/4"},
+                   {"id": "b_lower_holds", "claim": "lower bounds hold", "held": False,
+                    "detail": "vacuous in 4/4"}]})
+    res = R.collect_job(job, tmp_path, _run(job.name, tmp_path))
+    assert res.status == "ok" and res.mode == "quick" and res.env["jax"] == "0.0"
+    by = {c.cid: c for c in res.claims}
+    assert by["a_upper_holds"].verdict == R.HELD and by["a_upper_holds"].reason == ""
+    low = by["b_lower_holds"]
+    assert low.verdict == R.NOT_HELD
+    assert "vacuous" in low.reason and "eps2' = 1.33" in low.reason
+    assert low.number.startswith("eps' = 2 sqrt(k/l)")
+    assert low.label.startswith("fig:lower_Gaussian-poly1-kl_k50_l200")
+
+
+def test_collect_job_thesis_number_from_detail_and_duplicate_ids(tmp_path):
+    job = R.JOB_BY_NAME["fig_budget_example"]
+    claims = [{"id": "large_gap_power", "setting": [16, 32, 1.05], "gap": 1.5,
+               "claim": "gap 1.5: power", "held": True, "detail": "q_hat = 6"},
+              {"id": "trend", "setting": [16, 32, 1.05], "gap": 1.01, "claim": "t1",
+               "held": True, "detail": "rho 1"},
+              {"id": "trend", "setting": [16, 32, 1.05], "gap": 1.5, "claim": "t2",
+               "held": False, "detail": "rho 0.5"}]
+    _write(tmp_path / job.name / "results.json", {"config": {"quick": False},
+                                                   "claims": claims})
+    res = R.collect_job(job, tmp_path, None)
+    ids = [c.cid for c in res.claims]
+    assert ids == ["large_gap_power", "trend [setting 16-32-1.05, gap 1.01]",
+                   "trend [setting 16-32-1.05, gap 1.5]"]
+    assert res.claims[0].number.endswith("= 6 (gap 1.5)")
+    assert res.mode == "full"
+    assert R._number_from_detail("DSC 80.1 vs 79.0 (thesis 79.04 vs 76.66)") == \
+        "79.04 vs 76.66"
+    assert R._number_from_detail("range [1, 3]; thesis: 3.2 (outside)") == "3.2"
+
+
+def test_collect_job_stdout_fallback_and_text_from_registry(tmp_path):
+    job = R.JOB_BY_NAME["dac_digits"]
+    out = "[HELD] a_dac_beats_da_erm: DAC 80 vs 70\n[NOT HELD] c_gain_larger: +1 vs +2\n"
+    res = R.collect_job(job, tmp_path, _run(job.name, tmp_path, stdout=out))
+    assert [(c.cid, c.verdict, c.source) for c in res.claims] == [
+        ("a_dac_beats_da_erm", R.HELD, "stdout"), ("c_gain_larger", R.NOT_HELD, "stdout")]
+    assert res.claims[0].text.startswith("(a) DAC")             # curated wording
+    assert "CIFAR-100" in res.claims[0].number
+    assert res.claims[1].reason.startswith("a few hundred steps")  # quick-mode caveat
+
+
+def test_failed_skipped_missing_and_stale(tmp_path):
+    # failed: a FAILED row with the last error line, even when a JSON was written
+    job = R.JOB_BY_NAME["fig_misspec"]
+    _write(tmp_path / job.name / "results.json", {"claims": [{"claim": "x", "held": True}]})
+    res = R.collect_job(job, tmp_path, _run(job.name, tmp_path, status="failed", rc=1))
+    assert res.status == "failed"
+    assert [c.verdict for c in res.claims] == [R.HELD, R.FAILED]
+    assert res.claims[-1].reason == "ValueError: boom"
+    # skipped for missing data: NOT RUN with the offline reason and the thesis numbers
+    job = R.JOB_BY_NAME["train_dac/fixmatch_dac"]
+    msg = ("CIFAR-100 not found: expected cifar-100-python under ~/.rdr_jax/data (nothing is "
+           "downloaded). Skipping fixmatch_dac.")
+    res = R.collect_job(job, tmp_path, _run(job.name, tmp_path, stdout=msg + "\n"))
+    assert res.status == "skipped"
+    (row,) = res.claims
+    assert row.verdict == R.NOT_RUN and row.label == "table:combining_with_SSL"
+    assert R.OFFLINE in row.reason and "dac_digits" in row.reason
+    assert row.number.startswith("FixMatch+DAC 71.24")
+    # missing: nothing on disk, no run record
+    res = R.collect_job(R.JOB_BY_NAME["kahan_demo"], tmp_path, None)
+    assert res.status == "missing" and [c.verdict for c in res.claims] == [R.NOT_RUN]
+    # stale: a result older than the latest run is ignored
+    job = R.JOB_BY_NAME["fig_linear_regression"]
+    f = _write(tmp_path / job.name / "results.json",
+               {"claims": [{"id": "a_dac", "claim": "x", "held": True}]})
+    os.utime(f, (time.time() - 3600, time.time() - 3600))
+    res = R.collect_job(job, tmp_path, _run(job.name, tmp_path, started=time.time()))
+    assert res.status == "missing" and res.files == []
+    assert [c.verdict for c in res.claims] == [R.NOT_RUN]
+
+
+def test_skipped_datasets_become_not_run_rows(tmp_path):
+    job = R.JOB_BY_NAME["fig_rand_err_rank"]
+    _write(tmp_path / job.name / "results.json", {
+        "config": {"quick": False},
+        "datasets": {"snn1e3": {"claims": {"a_similar": {"held": True, "detail": "1.05"}}}},
+        "skipped": {"mnist": "skipping mnist: data file not found; expected ~/mnist.npz. "
+                             "Nothing is downloaded."}})
+    res = R.collect_job(job, tmp_path, None)
+    sim, mn = res.claims
+    assert sim.label == "fig:rand-err-rank_snn-1e3-1e3_a2b1_k100_r1e3_s1e-3"
+    assert sim.text.startswith("(a) Rand-LUPP, Rand-CPQR, RSVD-DEIM similar")
+    assert mn.verdict == R.NOT_RUN and mn.label == "fig:rand-err-rank_mnist-train"
+    assert mn.reason.startswith(R.OFFLINE)
+
+
+# ------------------------------------------------------------------------ the page
+def _results(tmp_path):
+    jobs = {"fig_linear_regression": {"config": {"quick": True}, "claims": [
+                {"id": "a_dac", "claim": "DAC | within 5%", "held": True, "detail": "2.5%"},
+                {"id": "c_order", "claim": "order", "held": False, "detail": "8/9"}]},
+            "fig_misspec": {"config": {"quick": True}, "claims": [
+                {"id": "i_info", "claim": "information: x", "held": True, "detail": "-"},
+                {"id": "a_beats", "claim": "DAC beats", "held": False, "detail": "4 > 3"}]}}
+    for name, doc in jobs.items():
+        _write(tmp_path / name / "results.json", doc)
+    _png(tmp_path / "fig_linear_regression" / "fig_linear_regression.png", dpi=100)
+    return [R.collect_job(j, tmp_path, None) for j in R.JOBS]
+
+
+def test_markdown_summary_table_sections_and_coverage(tmp_path):
+    results = _results(tmp_path)
+    figs = {"fig_linear_regression": [{"name": "fig_linear_regression.png"}]}
+    page = R.build_markdown(results, figs, command="python experiments/report.py",
+                            total_s=90.0)
+    lines = page.splitlines()
+    head = lines.index("| Ch. | Thesis figure / table | Claim (as checked) | Thesis | Ours | "
+                       "Verdict | Command |")
+    rows = [ln for ln in lines[head + 2:] if ln.startswith("| ")]
+    row = next(ln for ln in rows if "DAC \\| within 5%" in ln)
+    cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
+    assert cells == ["4", "fig:linear_regression", "DAC \\| within 5%",
+                     "(d - d_aug) sigma^2 / N = 0.2, 0.1 at d_aug = 20, 25", "2.5%", "**HELD**",
+                     "`python experiments/fig_linear_regression.py --quick`"]
+    assert not any("information: x" in ln for ln in rows)       # info rows stay out
+    assert "**3 thesis claims checked: 1 HELD, 2 NOT HELD** (quick mode)" in page
+    assert ("- 2 claim(s): (fig:linear_regression) order; (fig:misspec_lambda, "
+            "fig:misspec_daug) DAC beats. **Why:** no reason recorded yet") in page
+    assert "plus 1 information check(s)" in page
+    assert "![fig_linear_regression: fig_linear_regression.png]" \
+           "(figures/fig_linear_regression.png)" in page
+    assert "  - why: no reason recorded yet" in page             # NOT HELD without a curated one
+    assert "| sum of the scripts' wall times | 1.5 min (90 s) |" in page
+    for label, *_ in R.THESIS_ITEMS:                              # every thesis item is listed
+        assert f"| `{label}` |" in page
+    assert "## Where the thesis text is off" in page
+
+
+def test_md_escape_and_short_labels():
+    assert R.md_escape("a | b\nc  d") == "a \\| b c d"
+    assert R.md_escape("one two three four", limit=9) == "one two ..."
+    assert R.short_labels("a, b") == "a, b"
+    assert R.short_labels("a, b, c, d") == "a ... d (4 figures/tables)"
+
+
+def test_downsize_png_resolution_width_and_size(tmp_path):
+    from PIL import Image
+    src = _png(tmp_path / "big.png", dpi=200, size=(8, 4))
+    with Image.open(src) as im:
+        assert im.size == (1600, 800)
+    info = R.downsize_png(src, tmp_path / "out" / "small.png", dpi=80, max_width=5000)
+    with Image.open(info["dst"]) as im:
+        assert im.size == (640, 320) == (info["width"], info["height"])
+        assert im.mode == "P"                                    # palette: small files
+    assert info["bytes"] < src.stat().st_size
+    info = R.downsize_png(src, tmp_path / "w.png", dpi=80, max_width=400)
+    assert (info["width"], info["height"]) == (400, 200)
+    mid = _png(tmp_path / "mid.png", dpi=60, size=(8, 4))       # 480 x 240
+    info = R.downsize_png(mid, tmp_path / "kb.png", dpi=60, max_width=5000, max_bytes=3000)
+    assert info["bytes"] <= 3000 or info["width"] <= 320          # shrunk until small
+    assert info["width"] < 480
+    tiny = _png(tmp_path / "tiny.png", dpi=20, size=(4, 2))      # never upsampled
+    assert R.downsize_png(tiny, tmp_path / "t.png", dpi=80)["width"] == 80
+    with pytest.raises(FileNotFoundError, match="no figure"):
+        R.downsize_png(tmp_path / "nope.png", tmp_path / "x.png")
+    with pytest.raises(ValueError, match="positive"):
+        R.downsize_png(src, tmp_path / "x.png", dpi=0)
+
+
+# ------------------------------------------------------------------------ running
+def test_run_job_ok_failed_and_timeout(tmp_path):
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "ok.py").write_text(
+        "import json, sys, pathlib\nout = pathlib.Path(sys.argv[sys.argv.index('--out') + 1])\n"
+        "out.mkdir(parents=True, exist_ok=True)\nprint('[HELD] a: fine', sys.argv[1])\n"
+        "(out / 'results.json').write_text(json.dumps({'claims': [{'id': 'a', 'held': True,"
+        " 'claim': 'A'}]}))\n")
+    (scripts / "bad.py").write_text("import sys\nprint('partial')\n"
+                                    "sys.stderr.write('ValueError: no good\\n')\nsys.exit(3)\n")
+    (scripts / "slow.py").write_text("import time\ntime.sleep(30)\n")
+    res_dir = tmp_path / "res"
+    ok = R.Job("okjob", "ok", 4, "t", ("fig:x",), quick=("--quick",))
+    run = R.run_job(ok, "quick", res_dir, scripts_dir=scripts, timeout=60)
+    assert (run.status, run.rc, run.error_tail) == ("ok", 0, "")
+    assert run.command.endswith(f"ok.py --quick --out {res_dir / 'okjob'}")
+    assert "[HELD] a: fine --quick" in (res_dir / run.stdout).read_text()
+    res = R.collect_job(ok, res_dir, run)
+    assert [(c.cid, c.verdict) for c in res.claims] == [("a", R.HELD)]
+    run = R.run_job(R.Job("badjob", "bad", 4, "t", ()), "full", res_dir, scripts_dir=scripts)
+    assert (run.status, run.rc) == ("failed", 3) and "ValueError: no good" in run.error_tail
+    t0 = time.perf_counter()
+    run = R.run_job(R.Job("slowjob", "slow", 4, "t", ()), "quick", res_dir,
+                    scripts_dir=scripts, timeout=1.0)
+    assert run.status == "timeout" and run.rc is None and time.perf_counter() - t0 < 20
+    assert run.error_tail.startswith("killed after 1 s")
+    rec = R.JobRun.from_json(json.loads(json.dumps(run.to_json())))
+    assert rec == run
+
+
+def test_select_jobs_and_argument_errors(capsys):
+    assert [j.name for j in R.select_jobs("train_dac")] == [
+        f"train_dac/{c}" for c in R._TRAIN_DAC_CONFIGS]
+    assert [j.name for j in R.select_jobs("kahan_demo.py, fig_misspec")] == [
+        "kahan_demo", "fig_misspec"]
+    assert len(R.select_jobs(None)) == len(R.JOBS)
+    with pytest.raises(ValueError, match="unknown"):
+        R.select_jobs("fig_nope")
+    with pytest.raises(ValueError, match="at least one"):
+        R.select_jobs(" , ")
+    for bad in (["--only", "nope"], ["--only", "kahan_demo", "--from-results"],
+                ["--timeout", "0"], ["--quick", "--full"], ["--dpi", "-1"]):
+        with pytest.raises(SystemExit):
+            R.parse_args(bad)
+    a = R.parse_args([])
+    assert a.mode == "quick" and a.timeout == 1800 and len(a.jobs) == len(R.JOBS)
+    assert R.parse_args(["--full"]).timeout is None
+    with pytest.raises(ValueError, match="mode"):
+        R.JOBS[0].args("medium")
+
+
+def test_main_from_results_writes_page_and_prunes_figures(tmp_path):
+    res_dir, docs = tmp_path / "res", tmp_path / "docs"
+    _results(res_dir)
+    R.save_manifest(res_dir, {"runs": {}, "last": {"loadavg_start": [3.0, 2.0, 1.0],
+                                                   "loadavg_end": [1.0, 1.0, 1.0],
+                                                   "finished": "2026-01-01T00:00:00"}})
+    stale = docs / "figures" / "old.png"
+    _png(stale, dpi=20, size=(2, 2))
+    results = R.main(["--from-results", "--results-dir", str(res_dir), "--docs-dir",
+                      str(docs)])
+    page = (docs / "reproduction.md").read_text()
+    assert page.startswith("# Reproduction report")
+    assert not stale.exists()
+    (fig,) = sorted((docs / "figures").glob("*.png"))
+    assert fig.name == "fig_linear_regression.png" and fig.stat().st_size < 300_000
+    assert "(figures/fig_linear_regression.png)" in page
+    assert "3.0, 2.0, 1.0 at the start, 1.0, 1.0, 1.0 at the end" in page
+    assert len(results) == len(R.JOBS)
+    assert R.load_manifest(tmp_path / "nowhere") == {"runs": {}}
+
+
+# ------------------------------------------------------------------------ the registry
+def _thesis() -> Path | None:
+    for p in (Path(__file__).resolve().parents[1] / "reference" / "thesis.tex",
+              Path(__file__).resolve().parents[2] / "shared" / "reference" / "thesis.tex"):
+        if p.is_file():
+            return p
+    return None
+
+
+def test_registry_is_consistent():
+    scripts = {j.script for j in R.JOBS}
+    assert len({j.name for j in R.JOBS}) == len(R.JOBS)
+    assert {s for s, _, _ in R.CLAIM_NOTES} <= scripts
+    for _, _, _, jobs, why in R.THESIS_ITEMS:
+        assert all(j in R.JOB_BY_NAME for j in jobs)
+        assert jobs or why                                        # a reason when not reproduced
+    for j in R.JOBS:
+        assert (EXPERIMENTS / f"{j.script}.py").is_file(), j.script
+
+
+def test_every_thesis_figure_and_table_is_listed():
+    path = _thesis()
+    if path is None:
+        pytest.skip("reference/thesis.tex not available")
+    labels = set(re.findall(r"\\label\{((?:fig|tab|table):[^}]+)\}", path.read_text()))
+    subfigures = {x for x in labels
+                  if re.match(r"fig:(rand-errfro|rand-err2|rand-time|and-errref)-", x)}
+    listed = {x[0] for x in R.THESIS_ITEMS}
+    assert labels - subfigures == listed
+    for j in R.JOBS:
+        for lab in j.labels:
+            assert re.search(r"\\label\{" + re.escape(lab) + r"\}", path.read_text()), lab
