@@ -1,0 +1,341 @@
+#!/usr/bin/env python
+"""Regenerate the chapter notebooks with their outputs, or check the committed ones.
+
+    python notebooks/run_all.py                  # execute every notebook in place
+    python notebooks/run_all.py --only 03_dac    # one notebook (repeatable; ".ipynb" optional)
+    python notebooks/run_all.py --check          # verify only, execute nothing
+
+Each notebook is executed top to bottom by nbclient (kernel ``python3``, working directory
+``notebooks/``) on its ``default`` run size -- the "quick but meaningful" setting whose
+outputs are committed -- and written back with its outputs. Before the run the two header
+cells are (re)written from this file: a Colab badge pointing at ``GITHUB_REPO`` and an
+install cell that works in a fresh Colab runtime and does nothing elsewhere. After the run
+volatile metadata (execution timestamps, widget state, the kernel's Python version) is
+dropped and the SHA-256 of the code cells is recorded in ``metadata.rdr_jax.code_sha256``,
+so that ``--check`` (and ``tests/test_notebooks.py``) can tell when a committed notebook's
+code no longer matches the outputs stored beside it.
+
+Run sizes (each notebook reads them from the environment in its first code cell):
+``quick`` (``RDR_JAX_QUICK=1``, what CI executes), ``default`` (neither variable set: the
+committed outputs; about 4 minutes for all five on 2 busy CPU cores) and ``full``
+(``RDR_JAX_FULL=1``: the thesis' sizes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import pathlib
+import re
+import sys
+import time
+
+import nbformat
+from nbclient import NotebookClient
+
+# The GitHub path (owner/name) the badges and the Colab install cell point at. Set it to the
+# repository's real path, then rerun this script so every notebook's header follows.
+GITHUB_REPO = "rdr-jax/rdr_jax"
+BRANCH = "main"
+
+NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parent
+REPO_ROOT = NOTEBOOK_DIR.parent
+MAX_BYTES = 1_500_000
+SETTINGS = ("quick", "default", "full")
+CELL_TIMEOUT_S = 1800
+BADGE_ID, INSTALL_ID = "colab-badge", "colab-install"
+HEADLINE_TAG = "headline"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+VERDICT = re.compile(r"^\[(HELD|NOT HELD)\] ", re.MULTILINE)
+# requirements.txt entries that only the tests, docs or lint need (not installed on Colab)
+DEV_ONLY = {"pytest", "pytest-xdist", "nbformat", "nbclient", "ipykernel", "pdoc", "ruff"}
+
+
+def notebooks() -> list[pathlib.Path]:
+    """The chapter notebooks, ``notebooks/NN_name.ipynb``, in order."""
+    return sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+
+
+def colab_url(name: str) -> str:
+    """Colab's URL for ``notebooks/<name>`` of ``GITHUB_REPO`` at ``BRANCH``."""
+    return f"https://colab.research.google.com/github/{GITHUB_REPO}/blob/{BRANCH}/notebooks/{name}"
+
+
+def badge_source(name: str) -> str:
+    """The first cell: an "Open in Colab" badge for the notebook file ``name``."""
+    return ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+            f"({colab_url(name)})")
+
+
+def colab_requirements(path: pathlib.Path = REPO_ROOT / "requirements.txt") -> list[str]:
+    """The runtime requirements of ``requirements.txt`` without jax and the dev tools.
+
+    Colab ships its own accelerator build of jax; these are what rdr_jax needs beside it.
+    """
+    reqs = []
+    for line in path.read_text().splitlines():
+        spec = line.split("#", 1)[0].strip()
+        if not spec:
+            continue
+        name = re.split(r"[\[<>=!~; ]", spec, maxsplit=1)[0].lower()
+        if name not in DEV_ONLY and name != "jax":
+            reqs.append(spec)
+    return reqs
+
+
+def install_source() -> str:
+    """The second cell: installs rdr_jax in a fresh Colab runtime, does nothing elsewhere.
+
+    It clones the repository (the notebooks import ``experiments/`` and read paths relative
+    to ``notebooks/``), installs rdr_jax from the clone with ``--no-deps`` and then the other
+    runtime requirements with jax pinned to Colab's preinstalled (GPU/TPU) version, so pip
+    can add what is missing but never swap Colab's jax for the CPU wheel.
+    """
+    repo = f"https://github.com/{GITHUB_REPO}"
+    reqs = " ".join(f'"{r}"' for r in colab_requirements())
+    return f"""\
+# Colab: get rdr_jax (this cell does nothing in a local checkout or in CI). Colab's own jax is
+# kept (pinned below), only the missing requirements are added; then we work from notebooks/.
+import os
+import sys
+
+if "google.colab" in sys.modules:
+    if not os.path.isdir("/content/rdr_jax"):
+        !git clone -q --depth 1 --branch {BRANCH} {repo} /content/rdr_jax
+        import jax
+        %pip install -q --no-deps /content/rdr_jax
+        %pip install -q "jax=={{jax.__version__}}" {reqs}
+    os.chdir("/content/rdr_jax/notebooks")"""
+
+
+def code_sha256(nb) -> str:
+    """SHA-256 of the notebook's code cells (their sources, in order)."""
+    sources = [c.source for c in nb.cells if c.cell_type == "code"]
+    return hashlib.sha256(json.dumps(sources).encode()).hexdigest()
+
+
+def set_header(nb, name: str) -> None:
+    """Put the badge and install cells first (replacing older versions of them)."""
+    nb.cells = [c for c in nb.cells if c.get("id") not in (BADGE_ID, INSTALL_ID)]
+    badge = nbformat.v4.new_markdown_cell(badge_source(name))
+    install = nbformat.v4.new_code_cell(install_source())
+    badge.id, install.id = BADGE_ID, INSTALL_ID
+    nb.cells[:0] = [badge, install]
+
+
+def strip_volatile(nb) -> None:
+    """Drop what changes from run to run without the notebook changing: execution
+    timestamps, widget state, the kernel's Python version."""
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        cell.metadata.pop("ExecuteTime", None)
+        for out in cell.get("outputs", []):
+            out.get("metadata", {}).pop("transient", None)
+            out.pop("transient", None)
+    nb.metadata.pop("widgets", None)
+    info = nb.metadata.get("language_info")
+    if info is not None:
+        nb.metadata["language_info"] = {k: v for k, v in info.items() if k != "version"}
+
+
+@contextlib.contextmanager
+def environ(changes: dict[str, str | None]):
+    """Set (``None``: unset) environment variables for the duration of the block."""
+    saved = {k: os.environ.get(k) for k in changes}
+
+    def apply(values):
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    apply(changes)
+    try:
+        yield
+    finally:
+        apply(saved)
+
+
+def execute(path: pathlib.Path, setting: str = "default", *, header: bool = True,
+            timings: bool = False):
+    """Execute the notebook at ``path`` on run size ``setting`` and return it (not written).
+
+    The kernel starts in ``notebooks/`` with ``RDR_JAX_QUICK`` / ``RDR_JAX_FULL`` set for
+    ``setting``, the inline matplotlib backend, tqdm progress bars disabled and tqdm's
+    "IProgress not found" warning silenced.
+    With ``timings``, returns ``(notebook, {cell index: seconds})``.
+    Raises ``nbclient.exceptions.CellExecutionError`` when a cell fails.
+    """
+    if setting not in SETTINGS:
+        raise ValueError(f"setting must be one of {SETTINGS}; got {setting!r}")
+    nb = nbformat.read(path, as_version=4)
+    if header:
+        set_header(nb, path.name)
+    env = {"RDR_JAX_QUICK": "1" if setting == "quick" else None,
+           "RDR_JAX_FULL": "1" if setting == "full" else None,
+           "MPLBACKEND": "module://matplotlib_inline.backend_inline", "TQDM_DISABLE": "1",
+           # tqdm.auto's "install ipywidgets" hint (a kernel without ipywidgets), not a result
+           "PYTHONWARNINGS": "ignore:IProgress not found"}
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                            record_timing=True, coalesce_streams=True,
+                            resources={"metadata": {"path": str(path.parent)}})
+    with environ(env):                                   # the kernel inherits it
+        client.execute()
+    seconds = cell_seconds(nb)
+    strip_volatile(nb)
+    nb.metadata["rdr_jax"] = {"code_sha256": code_sha256(nb), "setting": setting}
+    return (nb, seconds) if timings else nb
+
+
+def cell_seconds(nb) -> dict[int, float]:
+    """Wall time of each executed code cell (index -> seconds), from nbclient's timestamps."""
+    out = {}
+    for i, c in enumerate(nb.cells):
+        t = c.metadata.get("execution", {})
+        a, b = t.get("iopub.execute_input"), t.get("shell.execute_reply")
+        if a and b:
+            out[i] = (datetime.datetime.fromisoformat(b.replace("Z", "+00:00"))
+                      - datetime.datetime.fromisoformat(a.replace("Z", "+00:00"))).total_seconds()
+    return out
+
+
+def outputs_of(nb, output_type: str | None = None):
+    """All outputs of the code cells (optionally of one ``output_type``)."""
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+            if output_type is None or o.get("output_type") == output_type]
+
+
+def headline_verdicts(nb) -> list[str]:
+    """``HELD`` / ``NOT HELD`` of each verdict line printed by the cells tagged ``headline``."""
+    verdicts = []
+    for c in nb.cells:
+        if c.cell_type == "code" and HEADLINE_TAG in c.metadata.get("tags", []):
+            for o in c.get("outputs", []):
+                if o.get("output_type") == "stream" and o.get("name") == "stdout":
+                    verdicts += VERDICT.findall(o.get("text", ""))
+    return verdicts
+
+
+def plots(nb) -> bool:
+    """Whether a code cell draws a figure (matplotlib or ``rdr_jax...plots``)."""
+    return any(re.search(r"\bplt\.|\bplots\.", c.source)
+               for c in nb.cells if c.cell_type == "code")
+
+
+def images(nb) -> int:
+    """Number of PNG images among the outputs."""
+    return sum("image/png" in o.get("data", {}) for o in outputs_of(nb))
+
+
+def check(path: pathlib.Path) -> list[str]:
+    """Problems with the committed notebook at ``path`` (empty when it is current).
+
+    Checks: the header cells equal what this script writes (badge for ``GITHUB_REPO``,
+    install cell); the code cells hash to the recorded ``metadata.rdr_jax.code_sha256``
+    (otherwise the outputs are stale); every code cell ran, in order, without an error;
+    the run was not the CI-sized ``quick`` one; a notebook that plots holds at least one
+    image; the headline cell printed its verdicts and all are ``HELD``; no volatile
+    metadata; the file is under ``MAX_BYTES``.
+    """
+    problems = []
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        problems.append(f"{size / 1e6:.2f} MB > {MAX_BYTES / 1e6:.1f} MB")
+    nb = nbformat.read(path, as_version=4)
+    cells = nb.cells
+    if not (len(cells) > 1 and cells[0].cell_type == "markdown"
+            and cells[0].source == badge_source(path.name)):
+        problems.append(f"first cell is not the Colab badge for {GITHUB_REPO}")
+    if not (len(cells) > 1 and cells[1].cell_type == "code"
+            and cells[1].source == install_source()):
+        problems.append("second cell is not the current Colab install cell")
+    meta = nb.metadata.get("rdr_jax", {})
+    if meta.get("code_sha256") != code_sha256(nb):
+        problems.append("stale outputs: code cells changed since the recorded run "
+                        "(rerun notebooks/run_all.py)")
+    if meta.get("setting") not in ("default", "full"):
+        problems.append(f"outputs from run size {meta.get('setting')!r}, not 'default'/'full'")
+    counts = [c.get("execution_count") for c in cells if c.cell_type == "code"]
+    if counts != list(range(1, len(counts) + 1)):
+        problems.append(f"code cells not executed once, in order: execution counts {counts}")
+    if outputs_of(nb, "error"):
+        problems.append("an output is an error")
+    if plots(nb) and not images(nb):
+        problems.append("the notebook plots but holds no image")
+    verdicts = headline_verdicts(nb)
+    if not verdicts:
+        problems.append(f"no [HELD]/[NOT HELD] line printed by a cell tagged {HEADLINE_TAG!r}")
+    elif any(v != "HELD" for v in verdicts):
+        problems.append(f"headline verdicts {verdicts}: not all HELD")
+    if nb.metadata.get("widgets") or any("execution" in c.metadata for c in cells):
+        problems.append("volatile metadata (widget state or execution timestamps)")
+    return problems
+
+
+def select(only: list[str] | None) -> list[pathlib.Path]:
+    """The notebooks named in ``only`` (stem or file name), all when ``None``."""
+    paths = notebooks()
+    if not only:
+        return paths
+    by_name = {p.stem: p for p in paths} | {p.name: p for p in paths}
+    unknown = [n for n in only if n not in by_name]
+    if unknown:
+        raise SystemExit(f"unknown notebook(s) {unknown}; choose from {[p.stem for p in paths]}")
+    return [by_name[n] for n in only]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true",
+                    help="verify the committed notebooks (stale code, size, header, "
+                         "headline); execute nothing")
+    ap.add_argument("--only", action="append", metavar="NAME",
+                    help="only this notebook (e.g. 03_dac); repeatable")
+    ap.add_argument("--setting", choices=SETTINGS, default="default",
+                    help="run size (default: %(default)s; 'quick' is what CI executes)")
+    ap.add_argument("--out", type=pathlib.Path, default=None,
+                    help="write the executed notebooks to this folder instead of in place")
+    args = ap.parse_args(argv)
+    paths = select(args.only)
+    failed = []
+    if args.check:
+        for p in paths:
+            problems = check(p)
+            status = "ok" if not problems else "; ".join(problems)
+            print(f"{p.name:28s} {p.stat().st_size / 1e6:5.2f} MB  {status}")
+            failed += [p.name] if problems else []
+        return 1 if failed else 0
+    if args.out is None and args.setting == "quick":
+        ap.error("--setting quick only with --out: committed outputs use 'default' or 'full'")
+    t_all = time.perf_counter()
+    for i, p in enumerate(paths, 1):
+        print(f"[{i}/{len(paths)}] {p.name} ({args.setting}) ...", flush=True)
+        t0 = time.perf_counter()
+        try:
+            nb, seconds = execute(p, args.setting, timings=True)
+        except Exception as e:  # noqa: BLE001 - report, keep the old file, go on
+            lines = ANSI.sub("", str(e)).strip().splitlines()
+            print(f"    FAILED after {time.perf_counter() - t0:.0f} s: "
+                  f"{lines[-1] if lines else type(e).__name__}", flush=True)
+            failed.append(p.name)
+            continue
+        dest = (args.out / p.name) if args.out else p
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, dest)
+        verdicts = headline_verdicts(nb)
+        print(f"    {time.perf_counter() - t0:.0f} s, {dest.stat().st_size / 1e6:.2f} MB, "
+              f"{images(nb)} images, headline {verdicts or 'missing'} -> {dest}", flush=True)
+        slow = sorted(seconds.items(), key=lambda kv: -kv[1])[:3]
+        print("    slowest cells: " + ", ".join(f"#{i} {t:.0f} s" for i, t in slow), flush=True)
+    print(f"total {time.perf_counter() - t_all:.0f} s"
+          + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
