@@ -67,8 +67,10 @@ from rdr_jax.selection import (CPQR, DEIM, LUPP, SRCUR, ColumnSelection, Leverag
 from rdr_jax.sketching import SRTT, Gaussian, SparseSign
 from rdr_jax.streaming import (StreamingSkeletons, cur_from_skeletons, retrieve_skeletons,
                                streaming_sketches, streaming_skeletons)
-from rdr_jax import outofcore
+from rdr_jax import distributed, outofcore
+from rdr_jax.distributed import shard
 from rdr_jax.outofcore import DiskMatrix, streaming_cur
+from rdr_jax.randomized_svd import CholeskyQR2, Householder, cholesky_qr2
 
 __version__ = "0.1.0"
 
@@ -87,4 +89,5 @@ __all__ = [
     "Gaussian", "SRTT", "SparseSign",
     "StreamingSkeletons", "cur_from_skeletons", "retrieve_skeletons", "streaming_sketches",
     "streaming_skeletons", "outofcore", "DiskMatrix", "streaming_cur",
+    "distributed", "shard", "CholeskyQR2", "Householder", "cholesky_qr2",
 ]

@@ -864,8 +864,9 @@ def _weight_spans(xp, logs, power, k: int, l: int):
     return power * (logs[0] - logs[k - 1]), power * (logs[k] - logs[k + l - 1])
 
 
-@functools.partial(jax.jit, static_argnames=("k", "l", "num_trials", "sketch", "method"))
-def _estimate_jit(key, s, power, k, l, num_trials, sketch, method):
+@functools.partial(jax.jit, static_argnames=("k", "l", "num_trials", "sketch", "method",
+                                             "trials_sharding"))
+def _estimate_jit(key, s, power, k, l, num_trials, sketch, method, trials_sharding=None):
     r = s.shape[0]
     dt = s.dtype
     # Scale invariance, exactly: W1 = Sigma_k^p Omega_1 and W2 = Sigma_{r\k}^p Omega_2 are
@@ -909,6 +910,8 @@ def _estimate_jit(key, s, power, k, l, num_trials, sketch, method):
         return finish(Wt, L), bad
 
     keys = jax.random.split(key, num_trials)
+    if trials_sharding is not None:   # the trials axis over the devices (vmap + sharding)
+        keys = jax.lax.with_sharding_constraint(keys, trials_sharding)
     if method == "qr":
         trials = jax.vmap(qr_trial)(keys)
     else:
@@ -946,7 +949,7 @@ def _check_estimate_range(s, power: int, k: int, l: int, side: str) -> None:
 
 def unbiased_estimate(key: Any, s: Any, k: int, l: int, power_iters: int, *,
                       side: str = "left", num_trials: int = 3, sketch: Any = "gaussian",
-                      method: str = "auto") -> Estimate:
+                      method: str = "auto", mesh: Any = None) -> Estimate:
     """Unbiased Monte-Carlo estimate of ``E[sin angle_i(U_k, U_hat_l)]`` (or V), i <= k.
 
     Prop. ``prop:space_agnostic_estimation`` / Algorithm
@@ -1000,14 +1003,21 @@ def unbiased_estimate(key: Any, s: Any, k: int, l: int, power_iters: int, *,
         :func:`rdr_jax.sketching.hash_normal` (2-3x cheaper than threefry on CPU); pass
         ``Gaussian(generator="threefry")`` for ``jax.random.normal``.
       method: ``"auto"``, ``"qr"`` or ``"cholesky"`` (static).
+      mesh: None, or a ``jax.sharding.Mesh``: the N trials are then split over all of the
+        mesh's devices (``NamedSharding(mesh, P(mesh.axis_names))`` on the vmapped trials
+        axis; N must be a multiple of ``mesh.size``). Each trial draws from its own key
+        ``split(key, N)[i]`` whatever the device count, so the trials equal the
+        one-device ones (the mean/min/max reductions are one small all-reduce).
 
     Returns:
       :class:`Estimate` ``(mean, min, max, trials, valid)``.
 
     Raises:
       ValueError: bad spectrum, ``l < k``, ``l > r - k``, ``power_iters < 0``,
-        ``num_trials < 1``, bad side/sketch/method, or a spectrum whose powers cannot be
-        represented in its dtype (see above).
+        ``num_trials < 1``, bad side/sketch/method, a spectrum whose powers cannot be
+        represented in its dtype (see above), or ``num_trials`` not a multiple of the
+        mesh's device count.
+      TypeError: ``mesh`` not a ``jax.sharding.Mesh``.
 
     Example:
       >>> est = unbiased_estimate(jax.random.key(0), matrices.polynomial_decay(500), 50, 200,
@@ -1034,7 +1044,21 @@ def unbiased_estimate(key: Any, s: Any, k: int, l: int, power_iters: int, *,
         method = "qr"
     p = 2 * q + (1 if side == "left" else 2)
     _check_estimate_range(s, p, k, l, side)
-    return _estimate_jit(key, s, jnp.asarray(p, s.dtype), k, l, num_trials, sk, method)
+    return _estimate_jit(key, s, jnp.asarray(p, s.dtype), k, l, num_trials, sk, method,
+                         _trials_sharding(mesh, num_trials))
+
+
+def _trials_sharding(mesh: Any, num_trials: int):
+    """``NamedSharding`` of the trials axis over all devices of ``mesh`` (None: no mesh)."""
+    if mesh is None:
+        return None
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"mesh must be a jax.sharding.Mesh or None; got {type(mesh).__name__}")
+    if num_trials % mesh.size:
+        raise ValueError(f"num_trials = {num_trials} must be a multiple of the mesh's "
+                         f"{mesh.size} devices to split the trials over them")
+    return NamedSharding(mesh, PartitionSpec(tuple(mesh.axis_names)))
 
 
 # ======================================================================================

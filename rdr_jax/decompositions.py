@@ -548,7 +548,7 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
         return res
     k = check_rank(k, op.shape)
     m = resolve_method(method, sketch=sketch, power_iters=power_iters, stable=stable,
-                       oversample=oversample, interp=interp)
+                       oversample=oversample, interp=interp).for_operator(op)
     m.pivot.check_backend()
     l = sketch_size(m, k, op.shape, l)
     res = _interpolative(key, op, k, l, _Options(m, side, bool(certify), delta))
@@ -594,7 +594,7 @@ def cur(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = None,
     op = as_operator(A)
     k = check_rank(k, op.shape)
     m = resolve_method(method, sketch=sketch, power_iters=power_iters, stable=stable,
-                       oversample=oversample)
+                       oversample=oversample).for_operator(op)
     m.pivot.check_backend()
     l = sketch_size(m, k, op.shape, l)
     res = _cur(key, op, k, l, _Options(m, "cur", bool(certify), delta))

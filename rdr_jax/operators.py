@@ -563,7 +563,16 @@ class FactoredOperator(LinearOperator):
 
 
 def factored_operator(L, d, R) -> FactoredOperator:
-    """``L diag(d) R^H`` from dense/sparse factors (validated). See :class:`FactoredOperator`."""
+    """``L diag(d) R^H`` from dense/sparse factors (validated). See :class:`FactoredOperator`.
+
+    Sharded factors (jax arrays placed with ``NamedSharding``) are accepted: shard L and R
+    by rows over one mesh (``P("x", None)``) and every product stays local up to one
+    all-reduce of an r x b block. Raises ValueError for factors on different device sets or
+    with differently sharded rank dimensions
+    (:func:`rdr_jax.distributed.check_factor_shardings`).
+    """
+    from rdr_jax.distributed import check_factor_shardings
+    check_factor_shardings(L=L, d=d, R=R)
     Lop, Rop = as_operator(L, name="L"), as_operator(R, name="R")
     d = jnp.asarray(d)
     if d.ndim != 1:

@@ -29,10 +29,14 @@ import jax
 import jax.numpy as jnp
 
 from rdr_jax import _validation as V
+from rdr_jax._tallqr import (CholeskyQR2, Householder, as_orthonormalizer, cholesky_qr2)
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
 from rdr_jax.sketching import as_sketch
 
-__all__ = ["rangefinder", "range_sketch", "rsvd", "RSVD", "power_range", "orth"]
+__all__ = ["rangefinder", "range_sketch", "rsvd", "RSVD", "power_range", "orth",
+           "cholesky_qr2", "Householder", "CholeskyQR2", "as_orthonormalizer"]
+
+_HOUSEHOLDER = Householder()
 
 
 class RSVD(NamedTuple):
@@ -43,51 +47,56 @@ class RSVD(NamedTuple):
     Vt: jax.Array
 
 
-def orth(Y):
-    """Orthonormal basis of the columns of ``Y`` (thin Householder QR)."""
-    return jnp.linalg.qr(Y, mode="reduced")[0]
+def orth(Y, orthonormalize: Householder | CholeskyQR2 = _HOUSEHOLDER):
+    """Orthonormal basis of the columns of ``Y``: thin Householder QR (default) or, with
+    ``CholeskyQR2()``, adaptive shifted CholeskyQR3 (:func:`cholesky_qr2`; one all-reduce of
+    the small Gram per pass for a row-sharded Y instead of a gather of Y)."""
+    return orthonormalize.qr(Y)[0]
 
 
-def power_range(key, op: LinearOperator, l: int, sketch, power_iters: int, stable: bool):
+def power_range(key, op: LinearOperator, l: int, sketch, power_iters: int, stable: bool,
+                orthonormalize: Householder | CholeskyQR2 = _HOUSEHOLDER):
     """Traceable core of :func:`range_sketch` (no validation; ``sketch`` a choice object).
 
     ``Y = (A A^H)^q A Omega^H`` (plain, Eq. ``eq:def_power_iter``) or, with ``stable``, the
-    same subspace re-orthonormalised after every half iteration (Eq. ``eq:ortho_power_iter``).
+    same subspace re-orthonormalised after every half iteration (Eq. ``eq:ortho_power_iter``)
+    by ``orthonormalize`` (the m x l bases use it; the n x l ones of ``A^H Y`` too, with
+    their row blocks).
     """
     n = op.shape[1]
     S = sketch.draw(key, l, n, dtype=op.dtype)
     # A Omega^H = (Omega A^H)^H : the sketch meets A^H through the operator's fast path
     Y = op.H.apply_sketch(S).conj().T
     if stable:
-        Y = orth(Y)
+        Y = orth(Y, orthonormalize)
     for _ in range(power_iters):
         Z = op.rmatmat(Y)
         if stable:
-            Z = orth(Z)
+            Z = orth(Z, orthonormalize)
         Y = op.matmat(Z)
         if stable:
-            Y = orth(Y)
+            Y = orth(Y, orthonormalize)
     return Y
 
 
 @functools.partial(jax.jit, static_argnames=("l", "sketch", "power_iters", "stable",
-                                             "orthonormalize"))
-def _range_jit(key, op, l, sketch, power_iters, stable, orthonormalize):
-    Y = power_range(key, op, l, sketch, power_iters, stable)
-    return orth(Y) if orthonormalize else Y
+                                             "final", "ortho"))
+def _range_jit(key, op, l, sketch, power_iters, stable, final, ortho):
+    Y = power_range(key, op, l, sketch, power_iters, stable, ortho)
+    return orth(Y, ortho) if final else Y
 
 
-def _check_common(key, A, l, power_iters, sketch):
+def _check_common(key, A, l, power_iters, sketch, orthonormalize="auto"):
     key = V.check_key(key)
     op = as_operator(A)
     m, n = op.shape
     l = V.check_int("l", l, low=1, high=min(m, n), high_desc=f"min(m, n) for A of shape {(m, n)}")
     q = V.check_int("power_iters", power_iters, low=0)
-    return key, op, l, q, as_sketch(sketch)
+    return key, op, l, q, as_sketch(sketch), as_orthonormalizer(orthonormalize, op)
 
 
 def range_sketch(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "gaussian",
-                 stable: bool = True) -> jax.Array:
+                 stable: bool = True, orthonormalize: Any = "auto") -> jax.Array:
     """Range sketch ``Y`` (m x l) with q power iterations, not orthonormalised at the end
     when ``stable=False`` (Eq. ``eq:def_power_iter``: ``Y = (A A^H)^q A Omega^H``).
 
@@ -95,12 +104,12 @@ def range_sketch(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "ga
     ``range_sketch(key, as_operator(A).H, l, power_iters=1, stable=False).conj().T``.
     Arguments as :func:`rangefinder`.
     """
-    key, op, l, q, sk = _check_common(key, A, l, power_iters, sketch)
-    return _range_jit(key, op, l, sk, q, bool(stable), False)
+    key, op, l, q, sk, ortho = _check_common(key, A, l, power_iters, sketch, orthonormalize)
+    return _range_jit(key, op, l, sk, q, bool(stable), False, ortho)
 
 
 def rangefinder(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "gaussian",
-                stable: bool = True) -> jax.Array:
+                stable: bool = True, orthonormalize: Any = "auto") -> jax.Array:
     """Orthonormal basis ``Q`` (m x l) of a randomized range sketch of ``A``.
 
     Implements thesis Eqs. ``eq:def_power_iter`` (``stable=False``) and
@@ -119,6 +128,13 @@ def rangefinder(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "gau
         (:class:`rdr_jax.sketching.Gaussian`, ``SRTT``, ``SparseSign(zeta=4)``).
       stable: re-orthonormalise every half iteration (default everywhere in rdr_jax);
         ``False`` is the plain power iteration of Eq. ``eq:def_power_iter``.
+      orthonormalize: how the tall bases are orthonormalised: ``"householder"`` (thin
+        Householder QR), ``"cholesky_qr2"`` (adaptive shifted CholeskyQR3,
+        :func:`cholesky_qr2`: for a row-sharded A one all-reduce of the l x l Gram per
+        pass instead of gathering the m x l basis; needs ``cond(Y) <~ 1/u``), a choice
+        object (``Householder()``, ``CholeskyQR2(blocks=8)``), or ``"auto"`` (default):
+        CholeskyQR2 when A is a concrete jax array (or factored operator) whose rows are
+        sharded over several devices, Householder otherwise.
 
     Returns:
       ``Q`` (m x l) with orthonormal columns, dtype of A. Differentiable (``jax.grad``)
@@ -126,19 +142,21 @@ def rangefinder(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "gau
 
     Raises:
       ValueError/TypeError: bad ``A`` (non-2-D, NaN/Inf, integer dtype), ``l`` outside
-        ``[1, min(m, n)]``, negative ``power_iters``, unknown ``sketch``.
+        ``[1, min(m, n)]``, negative ``power_iters``, unknown ``sketch`` or
+        ``orthonormalize``.
 
     Example:
       >>> Q = rangefinder(jax.random.key(0), A, 20, power_iters=1)
       >>> err = jnp.linalg.norm(A - Q @ (Q.T @ A))
     """
-    key, op, l, q, sk = _check_common(key, A, l, power_iters, sketch)
-    return _range_jit(key, op, l, sk, q, bool(stable), True)
+    key, op, l, q, sk, ortho = _check_common(key, A, l, power_iters, sketch, orthonormalize)
+    return _range_jit(key, op, l, sk, q, bool(stable), True, ortho)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "l", "sketch", "power_iters", "stable"))
-def _rsvd_jit(key, op, k, l, sketch, power_iters, stable):
-    Q = orth(power_range(key, op, l, sketch, power_iters, stable))
+@functools.partial(jax.jit, static_argnames=("k", "l", "sketch", "power_iters", "stable",
+                                             "ortho"))
+def _rsvd_jit(key, op, k, l, sketch, power_iters, stable, ortho=_HOUSEHOLDER):
+    Q = orth(power_range(key, op, l, sketch, power_iters, stable, ortho), ortho)
     B = op.rmatmat(Q).conj().T                                   # Q^H A  (l x n)
     Ut, s, Vt = jnp.linalg.svd(B, full_matrices=False)
     U = jnp.matmul(Q, Ut, precision=HIGHEST)
@@ -146,17 +164,17 @@ def _rsvd_jit(key, op, k, l, sketch, power_iters, stable):
 
 
 @functools.partial(jax.jit, static_argnames=("k", "l", "sketch", "power_iters", "stable",
-                                             "delta"))
-def _rsvd_certified_jit(key, op, k, l, sketch, power_iters, stable, delta):
+                                             "delta", "ortho"))
+def _rsvd_certified_jit(key, op, k, l, sketch, power_iters, stable, delta, ortho=_HOUSEHOLDER):
     from rdr_jax import certify as CE       # (certify imports this module's RSVD)
-    res = _rsvd_jit(key, op, k, l, sketch, power_iters, stable)
+    res = _rsvd_jit(key, op, k, l, sketch, power_iters, stable, ortho)
     factors = (res.U * res.s[None, :], None, res.Vt.conj().T)
     return res, CE.certify_result(key, op, factors, delta)
 
 
 def rsvd(key, A: Any, k: int, *, oversample: int = 10, l: int | None = None,
          power_iters: int = 0, sketch: Any = "gaussian", stable: bool = True,
-         confidence: float | None = None):
+         confidence: float | None = None, orthonormalize: Any = "auto"):
     """Randomized truncated SVD (thesis Algorithm ``algo:rsvd_power_iterations``,
     Eq. ``eq:rsvd_procedures``).
 
@@ -169,7 +187,7 @@ def rsvd(key, A: Any, k: int, *, oversample: int = 10, l: int | None = None,
       k: target rank (static), ``1 <= k <= l``.
       oversample: ``l = min(k + oversample, min(m, n))`` when ``l`` is not given.
       l: explicit sketch size (overrides ``oversample``), ``k <= l <= min(m, n)``.
-      power_iters, sketch, stable: as :func:`rangefinder`.
+      power_iters, sketch, stable, orthonormalize: as :func:`rangefinder`.
       confidence: None, or a probability in (0, 1): then also return an
         :class:`rdr_jax.ErrorCertificate` of ``A - U diag(s) Vt`` (bounds on the Frobenius
         and spectral errors that hold with probability >= confidence; 20 more Gaussian test
@@ -193,13 +211,13 @@ def rsvd(key, A: Any, k: int, *, oversample: int = 10, l: int | None = None,
                         high_desc=f"min(m, n) for A of shape {(m, n)}")
         if k > l:
             raise ValueError(f"k must be <= l; got k = {k} > l = {l}")
-    key, op, l, q, sk = _check_common(key, op, l, power_iters, sketch)
+    key, op, l, q, sk, ortho = _check_common(key, op, l, power_iters, sketch, orthonormalize)
     if confidence is not None:
         from rdr_jax.certify import check_delta
         delta = 1.0 - check_delta(confidence, "confidence")
-        res, cert = _rsvd_certified_jit(key, op, k, l, sk, q, bool(stable), delta)
+        res, cert = _rsvd_certified_jit(key, op, k, l, sk, q, bool(stable), delta, ortho)
         V.warn_if_nonfinite(res.s[0], "the largest singular value estimate")
         return res, cert
-    res = _rsvd_jit(key, op, k, l, sk, q, bool(stable))
+    res = _rsvd_jit(key, op, k, l, sk, q, bool(stable), ortho)
     V.warn_if_nonfinite(res.s[0], "the largest singular value estimate")
     return res

@@ -65,6 +65,7 @@ import numpy as np
 
 from rdr_jax import _validation as V
 from rdr_jax import pivoting as P
+from rdr_jax._tallqr import as_orthonormalizer
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
 from rdr_jax.randomized_svd import orth, power_range
 from rdr_jax.sketching import Gaussian, as_sketch
@@ -241,6 +242,12 @@ class Method:
       interp: interpolation matrix of an ID: ``"exact"`` (``W = C^+ A``, one more pass over
         A; the best coefficients for the skeleton) or ``"sketch"`` (``W = X_1^+ X``, no
         extra pass: the classic randomized ID).
+      orthonormalize: orthonormalisation of the tall bases of the power iterations and of
+        the rSVD (DEIM/leverage): ``"auto"`` (default: CholeskyQR2 when A's rows are
+        sharded over devices, resolved at the entry points from the concrete input;
+        Householder otherwise), ``"householder"``, ``"cholesky_qr2"`` or a choice object
+        (see :func:`rdr_jax.randomized_svd.rangefinder`). Skeletons do not depend on it
+        beyond rounding.
 
     Example:
       >>> m = Method(pivot=CPQR(), sketch=SparseSign(zeta=4), power_iters=1)
@@ -253,6 +260,7 @@ class Method:
     stable: bool = True
     oversample: Optional[int] = None
     interp: str = "exact"
+    orthonormalize: Any = "auto"
 
     def __post_init__(self):
         if not isinstance(self.pivot, _Pivot):
@@ -267,6 +275,17 @@ class Method:
             V.check_int("oversample", self.oversample, low=0)
         if self.interp not in ("exact", "sketch"):
             raise ValueError(f"interp must be 'exact' or 'sketch'; got {self.interp!r}")
+        if not (isinstance(self.orthonormalize, str)
+                and self.orthonormalize.strip().lower() in ("auto", "cholesky_qr2")):
+            # validate (and normalise) everything but the input-dependent spellings
+            object.__setattr__(self, "orthonormalize", as_orthonormalizer(self.orthonormalize))
+
+    def for_operator(self, op) -> "Method":
+        """The method with ``orthonormalize="auto"``/``"cholesky_qr2"`` resolved for the
+        concrete input ``op`` (its row sharding; see
+        :func:`rdr_jax._tallqr.as_orthonormalizer`)."""
+        return dataclasses.replace(self, orthonormalize=as_orthonormalizer(
+            self.orthonormalize, op))
 
     def replace(self, **changes) -> "Method":
         """A copy with the given fields changed (``None`` values are ignored)."""
@@ -276,7 +295,7 @@ class Method:
 
 def resolve_method(method: Any = "lupp", *, sketch: Any = None, power_iters: int | None = None,
                    stable: bool | None = None, oversample: int | None = None,
-                   interp: str | None = None) -> Method:
+                   interp: str | None = None, orthonormalize: Any = None) -> Method:
     """The :class:`Method` for a name, a pivoting choice or a Method, with overrides.
 
     ``method`` is a :class:`Method`, a pivoting choice (``LUPP()``, ``CPQR(impl="xla")``,
@@ -307,7 +326,7 @@ def resolve_method(method: Any = "lupp", *, sketch: Any = None, power_iters: int
                         f"got {type(method).__name__}")
     return base.replace(sketch=None if sketch is None else as_sketch(sketch),
                         power_iters=power_iters, stable=stable, oversample=oversample,
-                        interp=interp)
+                        interp=interp, orthonormalize=orthonormalize)
 
 
 def sketch_size(method: Method, k: int, shape: tuple[int, int], l: int | None = None) -> int:
@@ -336,7 +355,7 @@ def _boundary(key, A, k, method, l, overrides):
     key = V.check_key(key)
     op = as_operator(A)
     k = check_rank(k, op.shape)
-    method = resolve_method(method, **overrides)
+    method = resolve_method(method, **overrides).for_operator(op)
     method.pivot.check_backend()
     return key, op, k, sketch_size(method, k, op.shape, l), method
 
@@ -405,14 +424,15 @@ def row_basis(key, op: LinearOperator, k: int, l: int, method: Method):
     Returns ``(X, U_k or None)``.
     """
     q = method.power_iters
+    ortho = as_orthonormalizer(method.orthonormalize)  # "auto" under a trace: Householder
     if method.pivot.basis == "svd":
-        Q = orth(power_range(key, op, l, method.sketch, q, True))
+        Q = orth(power_range(key, op, l, method.sketch, q, True, ortho), ortho)
         B = op.rmatmat(Q).conj().T
         Ut, _, Vt = jnp.linalg.svd(B, full_matrices=False)
         return Vt[:k], jnp.matmul(Q, Ut[:, :k], precision=HIGHEST)
     if q == 0:
         return op.apply_sketch(method.sketch.draw(key, l, op.shape[0], dtype=op.dtype)), None
-    Y = power_range(key, op, l, method.sketch, q - 1, method.stable)
+    Y = power_range(key, op, l, method.sketch, q - 1, method.stable, ortho)
     return op.rmatmat(Y).conj().T, None
 
 
