@@ -19,12 +19,15 @@ scale.
 
 Method: for each method the library's own step is built exactly as :func:`rdr_jax.adawac.train.
 train` builds it (``build_model(config, 9, image_size=size, seed=0)`` with ``config.model.small =
-True``, ``settings_optimizer``, ``init_state`` with an ``(n,)`` table, and the cached jitted
-step ``_jitted_step`` (``make_train_step`` with the state donated) on a one-device mesh). All methods see the same
+True``, ``settings_optimizer``, ``init_state`` with an ``(n,)`` table, the cached step
+``settings_step``) and compiled exactly as the shared loop :func:`rdr_jax.training.fit` compiles
+it (:func:`rdr_jax.training.jit_train_step`: state donated, metrics stacked into one vector) on a
+one-device mesh. All methods see the same
 synthetic batch (``B`` phantom slices, :func:`rdr_jax.adawac.phantom_cases`, rows ``idx`` drawn
 without replacement from a table of ``n = --table`` rows; 2211 = the Synapse training set).
 Compilation and ``--warmup`` steps are excluded. Timed steps end with ``block_until_ready`` on
-the step's outputs (as the training loop, which reads the loss every step). ``--rounds``
+the step's outputs, so each time is one step's latency (the training loop itself does not wait
+per step: it fetches the metrics once per ``log_every`` steps). ``--rounds``
 interleaved rounds of ``--steps`` steps per method, the method order rotated every round, so
 that drift on a shared machine hits all methods alike (many short rounds pair the methods
 closely in time). Reported per method: the median and the interquartile range of the per-step
@@ -66,8 +69,10 @@ from _common import env_info, host_threads, loadavg  # noqa: E402
 from rdr_jax.adawac import configs as adawac_configs  # noqa: E402
 from rdr_jax.adawac.data import has_foreground  # noqa: E402
 from rdr_jax.adawac.phantom import phantom_cases  # noqa: E402
-from rdr_jax.adawac.train import (_jitted_step, build_model, init_state,  # noqa: E402
-                                  make_mesh, settings_optimizer, validate_config)
+from rdr_jax.adawac.train import (build_model, init_state, settings_optimizer,  # noqa: E402
+                                  settings_step, validate_config)
+from rdr_jax.training import (jit_train_step, make_mesh, replicated,  # noqa: E402
+                              shard_batch)
 from rdr_jax.adawac.transform import beta_gradient, beta_mirror_ascent, init_beta  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_adawac"
@@ -179,9 +184,10 @@ def make_config(args):
     return cfg
 
 
-def make_batch(args):
+def make_batch(args, mesh):
     """``B`` phantom slices of one case (``num_slices = max(B, 4)``), their labels, ``B``
-    distinct table rows and the has-foreground flags, as device arrays."""
+    distinct table rows and the has-foreground flags, placed on ``mesh`` as the training
+    loop places a batch."""
     data = phantom_cases(jax.random.key(args.seed), 1, max(args.batch, 4), args.size,
                          num_test_cases=0)
     images = np.asarray(data.train.images, np.float32)[:args.batch]
@@ -189,19 +195,20 @@ def make_batch(args):
     fg = has_foreground(data.train)[:args.batch]
     rng = np.random.default_rng(args.seed)
     idx = np.sort(rng.choice(args.table, args.batch, replace=False)).astype(np.int32)
-    return tuple(jax.device_put(a) for a in (images, labels, idx, fg)), float(fg.mean())
+    return shard_batch(mesh, (images, labels, idx, fg)), float(fg.mean())
 
 
-def build_step(cfg, method, args):
-    """``(jitted step, initial state, settings)`` of ``method``: the step
-    :func:`rdr_jax.adawac.train.train` compiles (``_jitted_step``, here on a one-device mesh),
-    state donated."""
+def build_step(cfg, method, args, mesh, batch):
+    """``(compiled step, initial state, settings)`` of ``method``: the step
+    :func:`rdr_jax.adawac.train.train` hands to the loop (``settings_step``), compiled as the
+    loop compiles it (:func:`rdr_jax.training.jit_train_step` on ``mesh``, state donated)."""
     c = copy.deepcopy(cfg)
     c.method = method
     st = validate_config(c, num_examples=args.table, num_devices=1)
     model = build_model(c, NUM_CLASSES, image_size=args.size, seed=st.seed)
     graph, state = init_state(model, settings_optimizer(st), init_beta(args.table, jnp.float32))
-    return _jitted_step(graph, st, make_mesh(jax.devices()[:1])), state, st
+    compiled = jit_train_step(settings_step(graph, st._replace(seed=0)), mesh, batch)
+    return compiled, jax.device_put(state, replicated(mesh)), st
 
 
 def _stats(times, batch):
@@ -306,7 +313,8 @@ def run(args):
     out.mkdir(parents=True, exist_ok=True)
     env = env_info()
     cfg = make_config(args)
-    (images, labels, idx, fg), fg_frac = make_batch(args)
+    mesh = make_mesh(jax.devices()[:1])
+    batch, fg_frac = make_batch(args, mesh)
     label = args.model if args.model == "tiny" else f"{args.model} (small)"
     print(f"# bench_adawac: model {label}, batch {args.batch} x {args.size}^2, "
           f"{NUM_CLASSES} classes, table n = {args.table}, eta {cfg.eta}, lam {cfg.lam}, "
@@ -314,17 +322,19 @@ def run(args):
           f"{fg_frac:.0%} of the batch with foreground")
     print(f"jax {env['jax']} | backend {env['backend']} | device {env['device_kind']} | "
           f"CPUs {env['cpu_affinity']} | load average {loadavg()}")
-    key = jax.random.key(args.seed)
+    key = jax.device_put(jax.random.key(args.seed), replicated(mesh))
     steps, states, settings, compile_s = {}, {}, {}, {}
     for m in METHODS:
-        steps[m], states[m], settings[m] = build_step(cfg, m, args)
+        compiled, states[m], settings[m] = build_step(cfg, m, args, mesh, batch)
+        steps[m] = compiled.fn
         t0 = time.perf_counter()
-        states[m], met = steps[m](states[m], key, images, labels, idx, fg)
+        states[m], met = steps[m](states[m], key, batch)
         jax.block_until_ready(met)
         compile_s[m] = time.perf_counter() - t0
         for _ in range(args.warmup):
-            states[m], met = steps[m](states[m], key, images, labels, idx, fg)
+            states[m], met = steps[m](states[m], key, batch)
         jax.block_until_ready(met)
+    loss_at = compiled.names.index("loss")
 
     from tqdm.auto import tqdm
     per_round = {m: [] for m in METHODS}
@@ -337,11 +347,11 @@ def run(args):
             f, s, ts = steps[m], states[m], []
             for _ in range(args.steps):
                 t0 = time.perf_counter()
-                s, met = f(s, key, images, labels, idx, fg)
+                s, met = f(s, key, batch)
                 jax.block_until_ready(met)
                 ts.append(time.perf_counter() - t0)
             states[m] = s
-            losses[m] = float(met.loss)
+            losses[m] = float(met[loss_at])
             per_round[m].append(ts)
             bar.update(1)
     bar.close()

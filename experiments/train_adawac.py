@@ -30,8 +30,10 @@ Thesis claims (``sec:experiments_adawac``, ``tab:synapse_sample_eff``):
 Outputs in ``--out`` (default ``experiments/results/train_adawac``): ``results.csv`` and
 ``results.json`` (one row per method and seed: DSC, HD95, per-class DSC, AUCs, seconds per
 step), ``history_<method>_seed<s>.npz`` (per-epoch beta / ce / consistency per slice),
-``beta_heatmap.png`` (CE / beta / consistency heatmaps, ``fig:synapse-weights``), ``config.json``; checkpoints in ``<out>/runs/<method>_seed<s>``
-(``--resume`` continues from them).
+``beta_heatmap.png`` (CE / beta / consistency heatmaps, ``fig:synapse-weights``),
+``training_curves.png`` (loss, dice, CE and consistency against the step, read from each run's
+``metrics.jsonl``, which the shared loop writes every ``log_every`` steps), ``config.json``;
+checkpoints and metrics in ``<out>/runs/<method>_seed<s>`` (``--resume`` continues from them).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from rdr_jax.adawac.cardiac_phantom import cardiac_phantom_cases  # noqa: E402
 from rdr_jax.adawac.phantom import phantom_cases  # noqa: E402
 from rdr_jax.adawac.plots import weight_heatmaps  # noqa: E402
 from rdr_jax.adawac.train import method_spec, save_history, train  # noqa: E402
+from rdr_jax.training import plot_metrics  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "train_adawac"
 
@@ -159,6 +162,7 @@ def run(args):
           f"{len(fg)} slices ({fg.mean():.0%} with foreground), methods {methods}, "
           f"seeds {seeds}")
     rows, results = [], {"config": args.config, "source": source, "runs": []}
+    curves = {}
     heat_done = False
     t_start = time.perf_counter()
     for method in methods:
@@ -185,6 +189,7 @@ def run(args):
                 "per_class_dice"), "final_loss": res.losses[-1] if res.losses else None})
             tag = f"{row['method']}_seed{seed}"
             save_history(out / f"history_{tag}.npz", res.history)
+            curves[tag] = workdir / "metrics.jsonl"
             if row["method"] == "adawac" and not heat_done:
                 if res.history["beta"]:
                     import matplotlib.pyplot as plt
@@ -229,6 +234,8 @@ def run(args):
         w.writeheader()
         w.writerows(rows)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=float))
+    import matplotlib.pyplot as plt
+    plt.close(plot_metrics(curves, ("loss", "dice", "ce", "cons"), out / "training_curves.png"))
     (out / "config.json").write_text(json.dumps(
         {"args": vars(args), "config": cfg.to_dict()}, indent=2, default=str))
     print(f"wrote {out}/{{results.json,results.csv,config.json}}")

@@ -41,7 +41,9 @@ exits cleanly (status 0). Nothing is downloaded.
 
 Outputs in ``--out`` (default ``experiments/results/train_dac/<config>``): ``results.csv`` (one
 row per cell and seed), ``results.json`` (rows, per-cell mean/std next to the thesis numbers,
-verdicts), ``train_dac_<config>.png`` (mean +- std per cell), ``config.json``.
+verdicts), ``train_dac_<config>.png`` (mean +- std per cell), ``training_curves.png`` (loss,
+cross-entropy and consistency against the step, read from each run's ``metrics.jsonl``, which
+the shared loop writes every ``log_every`` steps), ``config.json``.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from _common import env_info  # noqa: E402
 from rdr_jax.dac import configs as C  # noqa: E402
 from rdr_jax.dac import data as D  # noqa: E402
 from rdr_jax.dac import deep  # noqa: E402
+from rdr_jax.training import plot_metrics  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "train_dac"
 
@@ -231,12 +234,13 @@ def main(argv=None):
 
     runs = args.run if args.run else list(range(len(cfg.runs)))
     seeds = args.seed if args.seed else list(cfg.seeds)
-    rows = []
+    rows, curves = [], {}
     for r in runs:
         for s in seeds:
             rc = C.run_config(cfg, r, s)
             label = cell_label(args.config, dict(cfg.runs[r]), n_classes)
             wd = out / "runs" / f"{label.replace(' ', '_').replace('=', '')}_seed{s}"
+            curves[f"{label} seed {s}"] = wd / "metrics.jsonl"
             final = wd / "final.json"
             if final.is_file():
                 row = json.loads(final.read_text())
@@ -290,6 +294,11 @@ def main(argv=None):
               "cells": cells, "thesis": thesis, "claims": verdicts}
     (out / "results.json").write_text(json.dumps(result, indent=1))
     plot(args.config, cells, thesis, out / f"train_dac_{args.config}.png")
+    curves = {k: p for k, p in curves.items() if p.is_file()}
+    if curves:
+        import matplotlib.pyplot as plt
+        plt.close(plot_metrics(curves, ("loss", "ce", "consistency"),
+                               out / "training_curves.png"))
     return result
 
 

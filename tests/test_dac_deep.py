@@ -26,6 +26,7 @@ from flax import nnx
 from rdr_jax.dac import configs as C
 from rdr_jax.dac import data as D
 from rdr_jax.dac import deep
+from rdr_jax import training
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 
@@ -373,7 +374,11 @@ def test_train_kill_and_resume_is_bitwise_identical(tmp_path):
     for f in ("params", "model_state", "opt_state"):
         assert _leaves_equal(getattr(straight.state, f), getattr(resumed.state, f)), f
     assert straight.test == resumed.test
-    assert straight.history[-1] == resumed.history[-1]
+    # the logged rows too (the row of step 4 spans the kill), also in the metrics file
+    assert straight.history == resumed.history and [h["step"] for h in resumed.history] == \
+        [2, 4, 6]
+    np.testing.assert_array_equal(training.read_metrics(tmp_path / "metrics.jsonl")["loss"],
+                                  [h["loss"] for h in straight.history])
     # BatchNorm statistics really moved away from their initial values
     init_graph, init_state = deep.init_train_state(deep.build_model(cfg["model"], seed=0),
                                                    deep.make_optimizer())
@@ -385,8 +390,9 @@ def test_train_kill_and_resume_is_bitwise_identical(tmp_path):
     erm = deep.train(_tiny_cfg(method="da_erm", lam=0.0), x, y, x, y, progress=False)
     other = deep.train(_tiny_cfg(lam=7.0), x, y, progress=False)
     assert len(deep._JIT_CACHE) == n_cached
-    jstep = next(v[0] for v in deep._JIT_CACHE.values())
-    assert jstep._cache_size() == 1
+    step = next(v[0] for v in deep._JIT_CACHE.values())
+    layout = (x[:8], y[:8].astype(np.int32), np.float32(1.0), np.bool_(True))
+    assert training.jit_train_step(step, training.make_mesh(), layout).fn._cache_size() == 1
     assert not _leaves_equal(erm.state.params, straight.state.params)
     assert not _leaves_equal(other.state.params, straight.state.params)
     assert all(np.isfinite(h["loss"]) for h in straight.history + erm.history)
@@ -492,7 +498,8 @@ def test_train_dac_script_on_fixture_cifar(tmp_path, capsys):
     for r in res["rows"]:
         assert r["steps"] == 4 and r["labels"] == 200 and r["n_test"] == 60
         assert 0.0 <= r["test_accuracy"] <= 1.0
-    for f in ("results.csv", "results.json", "config.json", "train_dac_different_lambda.png"):
+    for f in ("results.csv", "results.json", "config.json", "train_dac_different_lambda.png",
+              "training_curves.png"):
         assert (out / f).stat().st_size > 0, f
     assert "dac_beats_da_erm" in res["claims"]
     again = mod.main(["--config", "different_lambda", "--run", "0", "--run", "2",
@@ -503,3 +510,56 @@ def test_train_dac_script_on_fixture_cifar(tmp_path, capsys):
                   + common)
     assert fm["rows"][0]["unlabeled"] == 40 and fm["rows"][0]["cell"] == \
         "fixmatch+dac lam=1 unl=40"
+
+
+# --------------------------------------------------------------------------------------
+# FixMatch baseline: weight EMA for evaluation, Cutout in the strong view
+# --------------------------------------------------------------------------------------
+def test_fixmatch_evaluates_the_weight_average():
+    x, y = _digits_like(seed=5)
+    cfg = _tiny_cfg(method="fixmatch_dac", total_steps=3, mu=2, ema_decay=0.9,
+                    strong_cutout=0.5, weak_augment_originals=True)
+    unl = np.ascontiguousarray(x[::-1])
+    res = deep.train(cfg, x, y, x, y, unlabeled_images=unl, progress=False)
+    st = res.state
+    assert isinstance(st.opt_state, training.ParamEmaState)
+    assert {"unlabeled_loss", "mask_rate", "lr"} <= set(res.history[-1])
+    # the average after one step: 0.9 theta_0 + 0.1 theta_1 (reference ModelEMA, decay d)
+    one = deep.train(cfg, x, y, unlabeled_images=unl, stop_after=1, progress=False).state
+    _, init = deep.init_train_state(deep.build_model(cfg["model"], seed=0),
+                                    deep.make_optimizer())
+    for e, p0, p1 in zip(*(jax.tree.leaves(t) for t in (one.ema_params, init.params,
+                                                        one.params))):
+        np.testing.assert_allclose(np.asarray(e), 0.9 * np.asarray(p0) + 0.1 * np.asarray(p1),
+                                   rtol=1e-6, atol=1e-7)
+    # the test metrics are those of the averaged weights (with the current BN statistics)
+
+    def ce_acc(params):
+        logits = np.asarray(nnx.merge(res.graph.eval, params, st.model_state)(jnp.asarray(x)),
+                            np.float64)
+        return _np_ce(logits, y), float(np.mean(logits.argmax(-1) == y))
+
+    ce_ema, acc_ema = ce_acc(st.ema_params)
+    ce_raw, _ = ce_acc(st.params)
+    np.testing.assert_allclose(res.test["ce"], ce_ema, rtol=1e-5)
+    assert res.test["accuracy"] == pytest.approx(acc_ema)
+    assert abs(ce_raw - ce_ema) > 1e-3
+
+
+def test_fixmatch_strong_view_ends_with_cutout():
+    """strong = weak (flip + crop) -> configured augmentation (here weak again) -> Cutout: on
+    zero images only the Cutout square (side 0.5 * 8 = 4, i.e. 5 px inside the image) is
+    non-zero."""
+    from rdr_jax.dac.randaugment import CUTOUT_FILL
+    strong = deep._strong_augment({"augment": {"name": "weak"}, "strong_cutout": 0.5})
+    out = np.asarray(jax.jit(strong)(jax.random.key(2), jnp.zeros((16, 8, 8, 1))))[..., 0]
+    for img in out:
+        m = img > 0
+        r, c = np.flatnonzero(m.any(1)), np.flatnonzero(m.any(0))
+        assert m.sum() == r.size * c.size and r.size == min(5, 8 - r[0])
+        assert c.size == min(5, 8 - c[0])
+        np.testing.assert_allclose(img[m], CUTOUT_FILL, rtol=1e-6)
+    none = deep._strong_augment({"augment": {"name": "weak"}, "strong_cutout": 0.0})
+    assert not np.asarray(none(jax.random.key(2), jnp.zeros((2, 8, 8, 1)))).any()
+    with pytest.raises(ValueError, match="strong_cutout"):
+        deep._strong_augment({"augment": {"name": "weak"}, "strong_cutout": 2.0})

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from PIL import Image, ImageEnhance, ImageOps
+from PIL import Image, ImageDraw, ImageEnhance, ImageOps
 
 from rdr_jax.dac import randaugment as ra
 
@@ -316,3 +316,65 @@ def test_bad_inputs():
         ra.color(x, -0.1)
     # magnitude inside [0, max] is fine at both ends
     assert ra.rand_augment(k, x, magnitude=0.0).shape == x.shape
+
+
+# --------------------------------------------------------------------------------------
+# Cutout (the reference RandAugmentMC's last op, kekmodel/FixMatch-pytorch CutoutAbs)
+# --------------------------------------------------------------------------------------
+def _box(mask):
+    rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
+    return rows.min(), rows.max(), cols.min(), cols.max()
+
+
+def test_cutout_masks_one_square_as_pil_draws_it(dtype):
+    """Each image gets one axis-aligned box equal to PIL's inclusive ``rectangle((x0, y0,
+    min(W, x0 + v), min(H, y0 + v)), (127,)*3)`` on the uint8 image (v = 16 for 32 x 32),
+    i.e. a (v + 1)-pixel square cut only by the right / bottom border."""
+    u8 = np.random.default_rng(3).integers(0, 256, (6, 32, 32, 3), dtype=np.uint8)
+    x = jnp.asarray(u8 / 255.0, dtype)
+    key = jax.random.key(5)
+    y = np.asarray(jax.jit(lambda k, a: ra.cutout_batch(k, a))(key, x))
+    assert y.dtype == dtype
+    keys = jax.random.split(key, 6)
+    v = 16
+    for i in range(6):
+        np.testing.assert_array_equal(y[i], np.asarray(ra.cutout(keys[i], x[i])))  # vmap = loop
+        mask = np.any(y[i] != np.asarray(x[i]), -1)
+        y0, y1, x0, x1 = _box(mask)
+        assert mask.sum() == (y1 - y0 + 1) * (x1 - x0 + 1)             # one filled box
+        assert x1 - x0 + 1 == min(v + 1, 32 - x0) and y1 - y0 + 1 == min(v + 1, 32 - y0)
+        ref = _pil(u8[i]).copy()
+        ImageDraw.Draw(ref).rectangle((x0, y0, min(32, x0 + v), min(32, y0 + v)), (127,) * 3)
+        np.testing.assert_allclose(y[i] * 255, _levels(ref), atol=SLACK)
+    np.testing.assert_array_equal(y, np.asarray(ra.cutout_batch(key, x)))   # deterministic
+    assert not np.array_equal(y, np.asarray(ra.cutout_batch(jax.random.key(6), x)))
+
+
+def test_cutout_corner_follows_the_reference_distribution():
+    """x0 = floor(max(0, c - v/2)) with c ~ U[0, W): x0 = 0 with probability (v/2 + 1)/W,
+    every x0 in 1..W-v/2-1 with probability 1/W (W = 32, v = 16: 9/32 and 1/32, x0 <= 23)."""
+    n = 4000
+    y = jax.jit(lambda k: ra.cutout_batch(k, jnp.zeros((n, 32, 32, 1))))(jax.random.key(0))
+    m = np.asarray(y[..., 0] > 0)
+    x0 = np.argmax(m.any(1), axis=1)
+    y0 = np.argmax(m.any(2), axis=1)
+    for c in (x0, y0):
+        counts = np.bincount(c, minlength=32)
+        assert counts[24:].sum() == 0 and np.all(counts[:24] > 0)
+        p = np.r_[9 / 32, np.full(23, 1 / 32)]
+        se = np.sqrt(p * (1 - p) / n)
+        assert np.all(np.abs(counts[:24] / n - p) < 5 * se), counts
+    np.testing.assert_allclose(np.asarray(y)[m], ra.CUTOUT_FILL, rtol=1e-7)
+
+
+def test_cutout_bad_inputs():
+    x = jnp.zeros((8, 8, 3))
+    for bad in (0.0, 1.5, -0.5):
+        with pytest.raises(ValueError, match="size must lie in"):
+            ra.cutout(jax.random.key(0), x, bad)
+    with pytest.raises(TypeError, match="size must be a Python float"):
+        ra.cutout(jax.random.key(0), x, "half")
+    with pytest.raises(ValueError, match="fill"):
+        ra.cutout(jax.random.key(0), x, fill=2.0)
+    with pytest.raises(ValueError, match="rank 4"):
+        ra.cutout_batch(jax.random.key(0), x)

@@ -1,5 +1,6 @@
-"""Tests for rdr_jax.training: the split/apply plumbing and the orbax checkpoint round trip
-shared by the DAC and AdaWAC trainers (their kill-and-resume tests cover whole runs)."""
+"""Tests for rdr_jax.training: the split/apply plumbing, the train state and the orbax
+checkpoint round trip shared by the DAC and AdaWAC trainers (the loop: test_training_loop.py;
+the trainers' kill-and-resume tests cover whole runs)."""
 
 from typing import Any, NamedTuple
 
@@ -60,3 +61,29 @@ def test_checkpoint_round_trip_keeps_types_dtypes_and_typed_keys(tmp_path):
         restore_checkpoint(tmp_path, (like.step, like.params))
     # the failed restore touched nothing: the checkpoint still restores
     assert int(restore_checkpoint(tmp_path, like)[0].step) == 5
+
+
+def test_train_state_extras_and_weight_average_round_trip(tmp_path):
+    """One TrainState for both chapters: ``extra`` entries read as attributes (AdaWAC's
+    table), the optimizer's weight average is ``ema_params``; both survive a checkpoint."""
+    from rdr_jax.training import TrainState, apply_gradients, init_train_state, sgd
+    tx = sgd(0.5, momentum=0.0, ema_decay=0.75)
+    graph, st = init_train_state(nnx.Linear(2, 1, rngs=nnx.Rngs(0)), tx,
+                                 extra={"beta": jnp.full(3, 0.5)})
+    assert st.beta.shape == (3,) and st.ema_params is not None
+    with pytest.raises(AttributeError, match="no field or extra entry 'gamma'"):
+        st.gamma
+    grads = jax.tree.map(jnp.ones_like, st.params)
+    new = apply_gradients(st, tx, grads, st.model_state, {"beta": st.beta + 1})
+    assert int(new.step) == 1 and float(new.beta[0]) == 1.5
+    for p0, p1, e in zip(*(jax.tree.leaves(t) for t in (st.params, new.params,
+                                                        new.ema_params))):
+        np.testing.assert_allclose(np.asarray(p1), np.asarray(p0) - 0.5)
+        np.testing.assert_allclose(np.asarray(e), 0.75 * np.asarray(p0) + 0.25 * np.asarray(p1),
+                                   rtol=1e-6)
+    save_checkpoint(tmp_path, new, {})
+    back, _ = restore_checkpoint(tmp_path, st)
+    assert isinstance(back, TrainState) and float(back.beta[0]) == 1.5
+    assert jax.tree.structure(back.opt_state) == jax.tree.structure(new.opt_state)
+    for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(new)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -4,8 +4,10 @@ Submodules: ``transform`` (the optax mirror-ascent transform for the per-sample 
 ``alg:srw_dac``), ``losses`` (cross-entropy, dice, encoder consistency, the WAC objective),
 ``metrics`` (per-volume DSC and HD95), ``data`` (Synapse / ACDC loaders, subsets),
 ``phantom`` / ``cardiac_phantom`` (synthetic CT / cine-MRI stand-ins), ``augment`` (the
-two-view augmentation), ``train`` / ``configs`` (AdaWAC and baselines), ``plots`` (beta/CE/consistency heatmaps
-and segmentation overlays; imported separately because it loads matplotlib).
+two-view augmentation), ``train`` (AdaWAC and baselines: the step, on the loop both chapters
+share, :func:`rdr_jax.training.fit`), ``configs`` (the experiment configs; leaves that import
+no trainer), ``plots`` (beta/CE/consistency heatmaps and segmentation overlays; imported
+separately because it loads matplotlib).
 """
 
 from rdr_jax.adawac.augment import (AugmentParams, TwoViews, augment, batch_two_views,

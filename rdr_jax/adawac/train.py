@@ -35,15 +35,17 @@ on :func:`~rdr_jax.adawac.transform.beta_gradient`); then the cotangents
 to the parameter gradient. SGD (lr 0.01, momentum 0.9, weight decay 1e-4, optional poly
 decay ``(1 - t/T)^0.9`` of the TransUNet trainer) updates the parameters.
 
-Training-loop services (:func:`train`): a two-view pair loader with an explicit position
-``(epoch, seed, offset)`` (:class:`PairLoader`; the permutation of epoch ``e`` is a function of
-``(seed, e)``), per-step augmentation keys ``fold_in(key, step)``, data parallelism over local
-devices with a 1-D ``jax.sharding.Mesh`` (batch axis sharded by ``NamedSharding``, parameters,
-optimizer state and the beta table replicated; no pmap), orbax ``CheckpointManager``
-checkpoints of everything that changes (parameters, BatchNorm statistics, optimizer and beta
-states, the table, the last per-slice ``ce``/``cons``, step, loader position and the logged
-per-epoch history), so that a killed and resumed run equals an uninterrupted one bit for bit
-on CPU, and evaluation on test volumes (:func:`evaluate`, DSC / HD95 via
+Training-loop services come from the loop both chapters share (:func:`rdr_jax.training.fit`):
+:func:`train` supplies the step, a two-view pair loader with an explicit position ``(epoch,
+seed, offset)`` (:class:`PairLoader`; the permutation of epoch ``e`` is a function of ``(seed,
+e)``) and a hook that snapshots the beta / CE / consistency tables once per epoch; ``fit``
+jits the step once, shards the batch axis over a 1-D ``jax.sharding`` mesh (parameters,
+optimizer state and the beta table replicated; no pmap), fetches the metrics once per
+``log_every`` steps (no per-step host sync; ``workdir/metrics.jsonl``), checkpoints
+everything that changes with orbax (parameters, BatchNorm statistics, optimizer and beta
+states, the table, the last per-slice ``ce``/``cons``, step, loader position, the table
+history), so that a killed and resumed run equals an uninterrupted one bit for bit on CPU,
+and evaluates on test volumes at the end (:func:`evaluate`, DSC / HD95 via
 :mod:`rdr_jax.adawac.metrics`).
 
 Example:
@@ -63,7 +65,6 @@ import functools
 import json
 import math
 import numbers
-import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
@@ -72,27 +73,26 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array
 
+from rdr_jax import models
 from rdr_jax._validation import check_int
 from rdr_jax.adawac.augment import batch_two_views
+from rdr_jax.adawac.configs import TRIM_KEEP_RATIO
 from rdr_jax.adawac.data import SliceDataset, VolumeDataset, has_foreground
 from rdr_jax.adawac.losses import consistency, cross_entropy, dice_loss
 from rdr_jax.adawac.metrics import aggregate_metrics, predict_volume, volume_metrics
 from rdr_jax.adawac.transform import beta_gradient, beta_mirror_ascent, init_beta
-from rdr_jax.training import (ModelGraph, merge_apply, restore_checkpoint, save_checkpoint,
-                              split_model)
+from rdr_jax.models.tiny_segnet import TinySegNet
+from rdr_jax.training import (LoopConfig, ModelGraph, TrainState, apply_gradients,
+                              eval_params, fit, init_train_state, make_mesh, merge_apply,
+                              restore_checkpoint, save_checkpoint, sgd)
 
 __all__ = ["METHODS", "MethodSpec", "TRIM_KEEP_RATIO", "TinySegNet", "PairLoader",
            "TrainState", "ModelGraph", "StepMetrics", "TrainResult", "method_spec",
            "validate_config", "build_model", "make_optimizer", "make_mesh", "init_state",
-           "row_weights", "make_train_step", "settings_optimizer", "evaluate", "save_checkpoint",
-           "restore_checkpoint", "train", "save_history", "history_json"]
-
-#: fraction of slices with foreground in the full Synapse training set (1280 of 2211): the
-#: trim-ratio baseline keeps this fraction of every batch (``tab:trim``).
-TRIM_KEEP_RATIO = 1280 / 2211
+           "row_weights", "make_train_step", "settings_optimizer", "settings_step", "evaluate",
+           "save_checkpoint", "restore_checkpoint", "train", "save_history", "history_json"]
 
 
 class MethodSpec(NamedTuple):
@@ -214,7 +214,7 @@ def validate_config(config: Any, *, num_examples: Optional[int] = None,
 
     Example:
         >>> from rdr_jax.adawac.configs import get_config
-        >>> validate_config(get_config("phantom_quick")).spec.name
+        >>> validate_config(get_config("phantom_quick"), num_examples=128).spec.name
         'adawac'
     """
     spec = method_spec(_get(config, "method", "adawac"))
@@ -263,92 +263,6 @@ def validate_config(config: Any, *, num_examples: Optional[int] = None,
 # ============================================================================ models
 
 
-class TinySegNet(nnx.Module):
-    """A tiny U-Net-style CNN with the segmentation-model interface (CPU test model).
-
-    ``x (B, H, W, C_in) -> (logits (B, H, W, K), z (B, H/2^D, W/2^D, c_D))`` with ``D =
-    depth`` and channels ``c_0 = w``, ``c_i = w 2^min(i, D-1)`` (``i >= 1``)::
-
-        e_0 = CBR_{c_0}(x);  e_i = CBR_{c_i}(stride-2 conv(e_{i-1}))  (i = 1..D),  z = e_D
-        d = z;  d = CBR_{c_{i-1}}(concat(up2(d), e_i))  (i = D-1..1)
-        logits = conv1x1(concat(up2(d), e_0))
-
-    (``CBR`` = 3x3 conv - BatchNorm - ReLU, ``up2`` nearest). ``z`` is the encoder output used
-    by the consistency term. ``depth = 2`` is the original two-level net (``z`` at ``H/4``
-    with ``2w`` channels); each extra level doubles the receptive field, which is what lets
-    the net tell an empty end-of-stack slice from an organ slice on 32 x 32 inputs. ``H`` and
-    ``W`` must be divisible by ``2^depth``.
-
-    Args:
-        num_classes: K >= 2.
-        in_channels: input channels.
-        width: base width ``w``.
-        depth: number of stride-2 levels ``D >= 1``.
-        rngs: ``nnx.Rngs`` (keyword-only).
-
-    Example:
-        >>> m = TinySegNet(3, rngs=nnx.Rngs(0))
-        >>> logits, z = m(jnp.zeros((2, 16, 16, 1)))
-        >>> logits.shape, z.shape
-        ((2, 16, 16, 3), (2, 4, 4, 16))
-        >>> TinySegNet(3, depth=3, rngs=nnx.Rngs(0))(jnp.zeros((1, 16, 16, 1)))[1].shape
-        (1, 2, 2, 32)
-    """
-
-    def __init__(self, num_classes: int, *, in_channels: int = 1, width: int = 8,
-                 depth: int = 2, rngs: nnx.Rngs):
-        num_classes = check_int("num_classes", num_classes, low=2)
-        self.in_channels = check_int("in_channels", in_channels, low=1)
-        w = check_int("width", width, low=1)
-        self.depth = check_int("depth", depth, low=1)
-        ch = [w] + [w * 2 ** min(i, self.depth - 1) for i in range(1, self.depth + 1)]
-
-        def conv(cin, cout, stride=1):
-            return nnx.Conv(cin, cout, (3, 3), strides=(stride, stride), padding="SAME",
-                            use_bias=False, rngs=rngs)
-
-        def bn(c):
-            return nnx.BatchNorm(c, momentum=0.9, epsilon=1e-5, rngs=rngs)
-
-        enc = [(self.in_channels, ch[0], 1)] + [(ch[i - 1], ch[i], 2)
-                                                for i in range(1, self.depth + 1)]
-        dec = [((ch[i + 1] if i == self.depth - 1 else ch[i]) + ch[i], ch[i - 1])
-               for i in range(self.depth - 1, 0, -1)]
-        self.enc_conv = nnx.List([conv(a, b, st) for a, b, st in enc])
-        self.enc_bn = nnx.List([bn(b) for _, b, _ in enc])
-        self.dec_conv = nnx.List([conv(a, b) for a, b in dec])
-        self.dec_bn = nnx.List([bn(b) for _, b in dec])
-        self.head = nnx.Conv(2 * ch[0], num_classes, (1, 1), rngs=rngs)
-
-    @classmethod
-    def small(cls, num_classes: int, *, in_channels: int = 1, rngs: nnx.Rngs) -> "TinySegNet":
-        """The default CPU size (``width=8``, ``depth=2``)."""
-        return cls(num_classes, in_channels=in_channels, width=8, rngs=rngs)
-
-    def __call__(self, x: Float[Array, "b h w c"]
-                 ) -> tuple[Float[Array, "b h w k"], Float[Array, "b hd wd e"]]:
-        if x.ndim != 4 or x.shape[-1] != self.in_channels:
-            raise ValueError(f"x must be NHWC with {self.in_channels} channel(s); got shape "
-                             f"{tuple(x.shape)}")
-        f = 2 ** self.depth
-        if x.shape[1] % f or x.shape[2] % f:
-            raise ValueError(f"x height and width must be divisible by 2^depth = {f}; got "
-                             f"{tuple(x.shape)}")
-
-        def up(t):
-            return jnp.repeat(jnp.repeat(t, 2, axis=1), 2, axis=2)
-
-        skips = []
-        h = x
-        for conv, bn in zip(self.enc_conv, self.enc_bn):
-            h = nnx.relu(bn(conv(h)))
-            skips.append(h)
-        z = d = skips[-1]
-        for conv, bn, skip in zip(self.dec_conv, self.dec_bn, skips[-2:0:-1]):
-            d = nnx.relu(bn(conv(jnp.concatenate([up(d), skip], axis=-1))))
-        return self.head(jnp.concatenate([up(d), skips[0]], axis=-1)), z
-
-
 _MODELS = ("tiny", "unet", "transunet")
 
 
@@ -360,34 +274,34 @@ def settings_optimizer(st: "_Settings") -> optax.GradientTransformation:
 
 
 def build_model(config: Any, num_classes: int, *, image_size: int, seed: int = 0) -> nnx.Module:
-    """The network named by ``config.model.name`` (``tiny``, ``unet``, ``transunet``);
-    ``config.model.small`` picks the CPU-sized variant (``.small``).
+    """The network named by ``config.model.name`` (``tiny``, ``unet``, ``transunet``), built
+    by the model registry :func:`rdr_jax.models.build_model`; ``config.model.small`` picks
+    the CPU-sized UNet / TransUNet (``.small``), ``model.width`` / ``model.depth`` size the
+    tiny net. Parameters from ``nnx.Rngs(params=seed, dropout=seed + 1)``.
 
     Example:
         >>> from rdr_jax.adawac.configs import get_config
         >>> m = build_model(get_config("phantom_quick"), 9, image_size=32)
     """
     name = _get(config, "model.name", "tiny")
-    small = bool(_get(config, "model.small", True))
-    rngs = nnx.Rngs(params=seed, dropout=seed + 1)
+    if name not in _MODELS:
+        raise ValueError(f"model.name must be one of {_MODELS}; got {name!r}")
+    spec: dict = {"name": name, "num_classes": num_classes}
     if name == "tiny":
-        return TinySegNet(num_classes, width=int(_get(config, "model.width", 8)),
-                          depth=int(_get(config, "model.depth", 2)), rngs=rngs)
-    if name == "unet":
-        from rdr_jax.models.unet import UNetResNet34
-        return (UNetResNet34.small(num_classes, rngs=rngs) if small
-                else UNetResNet34(num_classes, rngs=rngs))
-    if name == "transunet":
-        from rdr_jax.models.transunet import TransUNet
-        return (TransUNet.small(num_classes, img_size=image_size, rngs=rngs) if small
-                else TransUNet(num_classes, img_size=image_size, rngs=rngs))
-    raise ValueError(f"model.name must be one of {_MODELS}; got {name!r}")
+        spec.update(width=int(_get(config, "model.width", 8)),
+                    depth=int(_get(config, "model.depth", 2)))
+    else:
+        spec["small"] = bool(_get(config, "model.small", True))
+        if name == "transunet":
+            spec["img_size"] = image_size
+    return models.build_model(spec, rngs=nnx.Rngs(params=seed, dropout=seed + 1))
 
 
 def make_optimizer(lr: float = 0.01, *, momentum: float = 0.9, weight_decay: float = 1e-4,
                    schedule: str = "constant", num_steps: int = 1
                    ) -> optax.GradientTransformation:
-    """SGD with momentum and coupled weight decay, as ``torch.optim.SGD`` (``app:imp``).
+    """SGD with momentum and coupled weight decay, as ``torch.optim.SGD`` (``app:imp``;
+    :func:`rdr_jax.training.sgd`).
 
     ``g <- g + wd * theta`` then heavy-ball momentum; ``schedule="poly"`` gives the TransUNet
     trainer's ``lr (1 - t / T)^0.9``.
@@ -400,8 +314,7 @@ def make_optimizer(lr: float = 0.01, *, momentum: float = 0.9, weight_decay: flo
         lr_fn = optax.polynomial_schedule(lr, 0.0, 0.9, T)
     else:
         lr_fn = lr
-    return optax.chain(optax.add_decayed_weights(weight_decay),
-                       optax.sgd(lr_fn, momentum=momentum if momentum > 0 else None))
+    return sgd(lr_fn, momentum=momentum, weight_decay=weight_decay)
 
 
 # ============================================================================ data
@@ -458,31 +371,6 @@ class PairLoader:
 # ============================================================================ state and step
 
 
-class TrainState(NamedTuple):
-    """Everything that changes during training (a pytree; checkpointed by orbax).
-
-    Attributes:
-        step: int32 scalar, parameter steps taken.
-        params: ``nnx.Param`` state.
-        model_state: other model variables (BatchNorm statistics, dropout RNG counters).
-        opt_state: optax state of the parameters.
-        beta: ``(n,)`` weight table (adawac-family: in (0, 1), init 1/2; pseudo-adawac:
-            ``1{foreground}``; other methods: 1/2, unused).
-        beta_state: state of :func:`beta_mirror_ascent`.
-        last_ce, last_cons: ``(n,)`` the per-slice ``ce``/``cons`` when each row was last in
-            a batch (NaN before), for the beta/loss heatmaps.
-    """
-
-    step: Int[Array, ""]
-    params: Any
-    model_state: Any
-    opt_state: Any
-    beta: Float[Array, " n"]
-    beta_state: Any
-    last_ce: Float[Array, " n"]
-    last_cons: Float[Array, " n"]
-
-
 class StepMetrics(NamedTuple):
     """Per-step outputs: ``loss``, ``dice``, mean ``ce`` and ``cons`` (scalars); per-row
     ``ce_rows``, ``cons_rows``, weights ``a_rows`` (on ``ce``), ``c_rows`` (on ``cons``)."""
@@ -499,18 +387,28 @@ class StepMetrics(NamedTuple):
 
 def init_state(model: nnx.Module, tx: optax.GradientTransformation, beta0: Array
                ) -> tuple[ModelGraph, TrainState]:
-    """Split ``model`` into a :class:`ModelGraph` and an initial :class:`TrainState`.
+    """Split ``model`` into a :class:`ModelGraph` and an initial
+    :class:`rdr_jax.training.TrainState` whose ``extra`` holds AdaWAC's tables (read as
+    attributes, ``state.beta``):
+
+    * ``beta``: ``(n,)`` weight table (adawac-family: in (0, 1), init 1/2; pseudo-adawac:
+      ``1{foreground}``; other methods: 1/2, unused);
+    * ``beta_state``: state of :func:`~rdr_jax.adawac.transform.beta_mirror_ascent`;
+    * ``last_ce``, ``last_cons``: ``(n,)`` the per-slice ``ce``/``cons`` when each row was
+      last in a batch (NaN before), for the beta/loss heatmaps.
 
     Example:
         >>> g, s = init_state(TinySegNet(3, rngs=nnx.Rngs(0)), make_optimizer(), init_beta(5))
+        >>> s.beta.shape
+        (5,)
     """
-    graph, params, rest = split_model(model)
     beta0 = jnp.asarray(beta0)
     nan = jnp.full(beta0.shape, jnp.nan, jnp.result_type(beta0, jnp.float32))
-    state = TrainState(jnp.zeros((), jnp.int32), params, rest, tx.init(params), beta0,
-                       beta_mirror_ascent(0.0).init(jnp.full(beta0.shape, 0.5, beta0.dtype)),
-                       nan, jnp.array(nan, copy=True))
-    return graph, state
+    extra = {"beta": beta0,
+             "beta_state": beta_mirror_ascent(0.0).init(jnp.full(beta0.shape, 0.5,
+                                                                 beta0.dtype)),
+             "last_ce": nan, "last_cons": jnp.array(nan, copy=True)}
+    return init_train_state(model, tx, extra=extra)
 
 
 def row_weights(spec: MethodSpec, beta_rows: Array, ce: Array, fg: Array,
@@ -568,7 +466,7 @@ def make_train_step(graph: ModelGraph, tx: optax.GradientTransformation, spec: M
        ``(dice_weight, wac_weight a / B, wac_weight c / B)`` pulled back through ``vjp``;
        optax update of the parameters.
 
-    Not jitted; :func:`train` jits it once with shardings.
+    Not jitted; :func:`rdr_jax.training.fit` jits it once with shardings.
 
     Example:
         >>> g, s = init_state(TinySegNet(9, rngs=nnx.Rngs(0)), make_optimizer(), init_beta(8))
@@ -610,28 +508,13 @@ def make_train_step(graph: ModelGraph, tx: optax.GradientTransformation, spec: M
         ww = jnp.asarray(wac_weight, dt)
         loss = dw * dice + ww * jnp.mean(a * ce + c * cons)
         (grads,) = vjp_fn((jnp.ones_like(dice) * dw, ww * a / b, ww * c / b))
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        last_ce = state.last_ce.at[idx].set(ce.astype(state.last_ce.dtype))
-        last_cons = state.last_cons.at[idx].set(cons.astype(state.last_cons.dtype))
-        new = TrainState(state.step + 1, params, new_rest, opt_state, beta, beta_state,
-                         last_ce, last_cons)
+        extra = {"beta": beta, "beta_state": beta_state,
+                 "last_ce": state.last_ce.at[idx].set(ce.astype(state.last_ce.dtype)),
+                 "last_cons": state.last_cons.at[idx].set(cons.astype(state.last_cons.dtype))}
+        new = apply_gradients(state, tx, grads, new_rest, extra)
         return new, StepMetrics(loss, dice, jnp.mean(ce), jnp.mean(cons), ce, cons, a, c)
 
     return step
-
-
-def make_mesh(devices: Optional[Sequence[Any]] = None) -> Mesh:
-    """A 1-D mesh ``('data',)`` over ``devices`` (default: all local devices).
-
-    Example:
-        >>> make_mesh().axis_names
-        ('data',)
-    """
-    devs = list(jax.local_devices() if devices is None else devices)
-    if not devs:
-        raise ValueError("devices must be non-empty")
-    return Mesh(np.array(devs), ("data",))
 
 
 # ============================================================================ evaluation
@@ -676,7 +559,8 @@ class TrainResult(NamedTuple):
             all rows of the table) plus the run's metadata, restored across resumes.
         test: test metrics of :func:`evaluate` or None.
         resumed_from: the step restored from a checkpoint (None for a fresh run).
-        seconds_per_step: mean wall time of a step after the first (compilation) one.
+        seconds_per_step: mean wall time of a step after the first (compilation) one,
+            checkpoints and evaluation excluded.
     """
 
     state: TrainState
@@ -689,23 +573,19 @@ class TrainResult(NamedTuple):
 
 
 @functools.lru_cache(maxsize=32)
-def _jitted_step(graph: ModelGraph, st: _Settings, mesh: Mesh) -> Callable:
-    """The jitted, sharded step for (graph, settings, mesh); cached, so repeated
-    :func:`train` calls with the same architecture and settings (resume, seeds) compile once.
-    """
-    tx = settings_optimizer(st)
-    step_fn = make_train_step(graph, tx, st.spec, eta=st.eta, lam=st.lam,
-                              dice_weight=st.dice_weight, wac_weight=st.wac_weight,
-                              keep_ratio=st.keep_ratio)
-    repl = NamedSharding(mesh, P())
-    rows = NamedSharding(mesh, P("data"))
-    return jax.jit(step_fn, in_shardings=(repl, repl, rows, rows, rows, rows),
-                   out_shardings=(repl, repl), donate_argnums=(0,))
+def settings_step(graph: ModelGraph, st: _Settings) -> Callable:
+    """The pure train step of validated settings (:func:`make_train_step` with
+    :func:`settings_optimizer`); cached, so repeated :func:`train` calls with the same
+    architecture and settings (resume, seeds: the key is an argument) share one function and
+    :func:`rdr_jax.training.fit` compiles it once."""
+    return make_train_step(graph, settings_optimizer(st), st.spec, eta=st.eta, lam=st.lam,
+                           dice_weight=st.dice_weight, wac_weight=st.wac_weight,
+                           keep_ratio=st.keep_ratio)
 
 
 @functools.lru_cache(maxsize=8)
 def _jitted_predict(graph_eval: Any) -> Callable:
-    return jax.jit(lambda st, xb: nnx.merge(graph_eval, st.params, st.model_state)(
+    return jax.jit(lambda st, xb: nnx.merge(graph_eval, eval_params(st), st.model_state)(
         xb[..., None])[0])
 
 
@@ -715,14 +595,86 @@ def _initial_beta(spec: MethodSpec, fg: np.ndarray, dtype) -> Array:
     return init_beta(len(fg), dtype)
 
 
+class _SliceBatches:
+    """Batch source of :func:`train`: ``(images[idx], labels[idx], idx, fg[idx])`` for the
+    rows ``idx`` of a :class:`PairLoader`, whose position is checkpointed."""
+
+    def __init__(self, loader: PairLoader, images: np.ndarray, labels: np.ndarray,
+                 fg: np.ndarray):
+        self.loader, self.images, self.labels, self.fg = loader, images, labels, fg
+
+    def next_batch(self) -> tuple:
+        idx = self.loader.next_indices()
+        return self.images[idx], self.labels[idx], idx, self.fg[idx]
+
+    def state_dict(self) -> dict:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, d: dict) -> None:
+        self.loader.load_state_dict(d)
+
+
+class _TableHistory:
+    """``fit`` hook: snapshots of the beta / CE / consistency tables every ``every`` steps
+    and at the last step. A snapshot is a device copy enqueued after the step (no host
+    sync); the copies are fetched together when the history is read (checkpoints, end)."""
+
+    def __init__(self, history: dict, loader: PairLoader, every: int, last: int):
+        self.history, self.loader, self.every, self.last = history, loader, every, last
+        self.queue: list = []
+
+    def after_step(self, step: int, state: TrainState) -> None:
+        if step % self.every == 0 or step == self.last:
+            self.queue.append((step, int(self.loader.epoch),
+                               jnp.stack([state.beta, state.last_ce, state.last_cons])))
+
+    def state_dict(self) -> dict:
+        if self.queue:
+            tables = jax.device_get([q[2] for q in self.queue])
+            for (step, epoch, _), tab in zip(self.queue, tables):
+                tab = np.asarray(tab, np.float64)
+                self.history["step"].append(step)
+                self.history["epoch"].append(epoch)
+                for name, row in zip(("beta", "ce", "cons"), tab):
+                    self.history[name].append(row.tolist())
+            self.queue = []
+        return self.history
+
+    def load_state_dict(self, d: dict) -> None:
+        self.history.clear()
+        self.history.update(d)
+        self.queue = []
+
+
+def _check_data(data: SliceDataset, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    images = np.asarray(data.images, np.float32)
+    labels = np.asarray(data.labels).astype(np.int32)
+    if images.ndim != 3 or images.shape[1] != images.shape[2]:
+        raise ValueError(f"data.images must be (N, H, H) square slices; got {images.shape}")
+    if labels.shape != images.shape:
+        raise ValueError(f"data.labels must have the images' shape {images.shape}; got "
+                         f"{labels.shape}")
+    if not np.all(np.isfinite(images)):
+        bad = np.flatnonzero(~np.isfinite(images).reshape(len(images), -1).all(axis=1))
+        raise ValueError(f"data.images has non-finite values in {len(bad)} slice(s), e.g. "
+                         f"{data.names[bad[0]] if len(data.names) else bad[0]}")
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        raise ValueError(f"data.labels must lie in [0, num_classes) = [0, {num_classes}); got "
+                         f"values in [{labels.min()}, {labels.max()}]")
+    return images, labels
+
+
 def train(config: Any, data: SliceDataset, *, test: Optional[VolumeDataset] = None,
           num_classes: int = 9, workdir: Optional[Path | str] = None,
           stop_after: Optional[int] = None, devices: Optional[Sequence[Any]] = None,
           progress: bool = False, history_every: Optional[int] = None) -> TrainResult:
     """Train ``config.method`` on ``data`` (``alg:srw_dac`` for AdaWAC; baselines otherwise).
 
-    With ``workdir`` the run checkpoints every ``config.checkpoint_every`` steps and at the
-    end (orbax ``CheckpointManager`` in ``workdir/checkpoints``) and resumes from the latest
+    A thin wrapper of the shared loop :func:`rdr_jax.training.fit`: the step is
+    :func:`settings_step`, batches come from a :class:`PairLoader`, the table history from a
+    hook. With ``workdir`` the run checkpoints every ``config.checkpoint_every`` steps and
+    at the end (orbax ``CheckpointManager`` in ``workdir/checkpoints``), writes its metrics
+    every ``config.log_every`` steps to ``workdir/metrics.jsonl`` and resumes from the latest
     checkpoint found there; ``stop_after`` stops after that many total steps (simulating a
     kill), saving a checkpoint. Training data are placed on a 1-D mesh over ``devices`` with
     the batch axis sharded; the state is replicated.
@@ -753,102 +705,36 @@ def train(config: Any, data: SliceDataset, *, test: Optional[VolumeDataset] = No
     mesh = make_mesh(devices)
     n = len(data.images)
     st = validate_config(config, num_examples=n, num_devices=mesh.size)
-    images = np.asarray(data.images, np.float32)
-    labels = np.asarray(data.labels).astype(np.int32)
-    if images.ndim != 3 or images.shape[1] != images.shape[2]:
-        raise ValueError(f"data.images must be (N, H, H) square slices; got {images.shape}")
-    if labels.shape != images.shape:
-        raise ValueError(f"data.labels must have the images' shape {images.shape}; got "
-                         f"{labels.shape}")
-    if not np.all(np.isfinite(images)):
-        bad = np.flatnonzero(~np.isfinite(images).reshape(len(images), -1).all(axis=1))
-        raise ValueError(f"data.images has non-finite values in {len(bad)} slice(s), e.g. "
-                         f"{data.names[bad[0]] if len(data.names) else bad[0]}")
-    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-        raise ValueError(f"data.labels must lie in [0, num_classes) = [0, {num_classes}); got "
-                         f"values in [{labels.min()}, {labels.max()}]")
+    images, labels = _check_data(data, num_classes)
     fg = has_foreground(data)
     size = images.shape[1]
     model = build_model(config, num_classes, image_size=size, seed=st.seed)
-    tx = settings_optimizer(st)
-    graph, state = init_state(model, tx, _initial_beta(st.spec, fg, jnp.float32))
+    graph, state = init_state(model, settings_optimizer(st),
+                              _initial_beta(st.spec, fg, jnp.float32))
     loader = PairLoader(n, st.batch_size, seed=st.seed)
     history = {"step": [], "epoch": [], "beta": [], "ce": [], "cons": [],
                "has_foreground": fg.astype(int).tolist(), "names": list(data.names),
                "method": st.spec.name, "eta": st.eta, "lam": st.lam}
-    resumed_from = None
-    ckpt_dir = None if workdir is None else Path(workdir) / "checkpoints"
-    if ckpt_dir is not None:
-        got = restore_checkpoint(ckpt_dir, state)
-        if got is not None:
-            state, meta = got
-            loader.load_state_dict(meta["loader"])
-            history = meta["history"]
-            resumed_from = int(state.step)
-
-    repl = NamedSharding(mesh, P())
-    rows = NamedSharding(mesh, P("data"))
-    state = jax.device_put(state, repl)
-    key = jax.random.key(st.seed)
-    jstep = _jitted_step(graph, st._replace(seed=0), mesh)  # the key is an argument: one
-    # compilation serves every seed
     every = check_int("history_every", history_every or loader.steps_per_epoch, low=1)
-    ckpt_every = int(_get(config, "checkpoint_every", 0) or 0)
-    end = st.num_steps if stop_after is None else min(st.num_steps,
-                                                      check_int("stop_after", stop_after, low=0))
-    losses, times = [], []
-    start = int(state.step)
-    last_saved = resumed_from
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=end - start, desc=f"{st.spec.name}", leave=False)
+    tables = _TableHistory(history, loader, every, st.num_steps)
+    if stop_after is not None:
+        stop_after = check_int("stop_after", stop_after, low=0)
+    loop = LoopConfig(num_steps=st.num_steps,
+                      log_every=int(_get(config, "log_every", 0) or loader.steps_per_epoch),
+                      checkpoint_every=int(_get(config, "checkpoint_every", 0) or 0),
+                      workdir=workdir, stop_after=stop_after, progress=progress,
+                      desc=f"{st.spec.name} (lr {st.lr:g})")
+    evaluate_fn = None
+    if test is not None:
+        eval_bs = int(_get(config, "eval_batch_size", 8))
 
-    def snapshot(s):
-        history["step"].append(int(s.step))
-        history["epoch"].append(int(loader.epoch))
-        history["beta"].append(np.asarray(s.beta, np.float64).tolist())
-        history["ce"].append(np.asarray(s.last_ce, np.float64).tolist())
-        history["cons"].append(np.asarray(s.last_cons, np.float64).tolist())
-
-    def meta():
-        return {"loader": loader.state_dict(), "history": history}
-
-    for t in range(start, end):
-        idx = loader.next_indices()
-        t0 = time.perf_counter()
-        batch = jax.device_put((images[idx], labels[idx], idx, fg[idx]), rows)
-        state, m = jstep(state, key, *batch)
-        loss = float(m.loss)
-        times.append(time.perf_counter() - t0)
-        losses.append(loss)
-        if not np.isfinite(loss):
-            if bar is not None:
-                bar.close()
-            where = (f"the last good checkpoint (step {last_saved}) in {ckpt_dir} is intact; "
-                     f"resume from it with a smaller learning rate"
-                     if last_saved is not None else "no checkpoint was written")
-            raise FloatingPointError(
-                f"non-finite training loss {loss} at step {t + 1} (method {st.spec.name}, lr "
-                f"{st.lr}); training stopped before saving this state: {where}")
-        if (t + 1) % every == 0 or t + 1 == st.num_steps:
-            snapshot(state)  # once per epoch and at the end
-        if ckpt_dir is not None and ckpt_every and (t + 1) % ckpt_every == 0 and t + 1 < end:
-            last_saved = save_checkpoint(ckpt_dir, state, meta())
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.4f}")
-    if bar is not None:
-        bar.close()
-    if ckpt_dir is not None and end > start:
-        save_checkpoint(ckpt_dir, state, meta())
-    state = jax.device_get(state)
-    test_metrics = None
-    if test is not None and int(state.step) >= st.num_steps:
-        test_metrics = evaluate(graph, state, test, num_classes, image_size=size,
-                                batch_size=int(_get(config, "eval_batch_size", 8)))
-    sps = float(np.mean(times[1:])) if len(times) > 1 else float("nan")
-    return TrainResult(state, graph, losses, history, test_metrics, resumed_from, sps)
+        def evaluate_fn(s):
+            return evaluate(graph, s, test, num_classes, image_size=size, batch_size=eval_bs)
+    res = fit(settings_step(graph, st._replace(seed=0)), state,
+              _SliceBatches(loader, images, labels, fg), key=jax.random.key(st.seed),
+              loop=loop, mesh=mesh, evaluate=evaluate_fn, hooks=(tables,))
+    return TrainResult(jax.device_get(res.state), graph, res.losses, tables.state_dict(),
+                       res.eval, res.resumed_from, res.seconds_per_step)
 
 
 def save_history(path: Path | str, history: dict) -> Path:

@@ -23,9 +23,9 @@ import copy
 
 import ml_collections
 
-from rdr_jax.dac.deep import CIFAR100_MEAN, CIFAR100_STD
-
 __all__ = [
+    "CIFAR100_MEAN",
+    "CIFAR100_STD",
     "CONFIGS",
     "different_labeled_samples",
     "different_lambda",
@@ -36,6 +36,11 @@ __all__ = [
     "misspecified_lambda",
     "run_config",
 ]
+
+#: per-channel mean and standard deviation of the CIFAR-100 training images (the reference
+#: code's normalisation; a config is a leaf: the trainer imports these from here)
+CIFAR100_MEAN = (0.5071, 0.4867, 0.4408)
+CIFAR100_STD = (0.2675, 0.2565, 0.2761)
 
 
 def _base(quick: bool) -> ml_collections.ConfigDict:
@@ -65,6 +70,8 @@ def _base(quick: bool) -> ml_collections.ConfigDict:
     c.nesterov = True
     c.weight_decay = 5e-4
     c.seeds = [0, 1, 2, 3, 4]
+    c.ema_decay = 0.0         # weight EMA for evaluation (0: none; FixMatch: 0.999)
+    c.num_devices = 0         # data-parallel devices (0: all local devices)
     c.checkpoint_every = 1024
     c.log_every = 256
     c.eval_batch_size = 500
@@ -154,7 +161,9 @@ def fixmatch_dac(quick: bool = False) -> ml_collections.ConfigDict:
     rest of the CIFAR-100 training set, labels removed). FixMatch settings of the reference
     code: mu = 7 unlabeled batches per labeled batch, threshold 0.95, temperature 1,
     lambda_u = 1; weak augmentation = flip + reflect-padded crop (also applied to the labeled
-    originals), strong = weak + RandAugment(2, 10).
+    originals), strong = weak + RandAugment(2, 10) + Cutout (a gray square of side half the
+    image, ``strong_cutout = 0.5``); evaluation uses the exponential moving average of the
+    weights with decay ``ema_decay = 0.999`` (the reference's ``ModelEMA``).
     """
     c = _base(quick)
     c.name = "fixmatch_dac"
@@ -165,6 +174,8 @@ def fixmatch_dac(quick: bool = False) -> ml_collections.ConfigDict:
     c.threshold = 0.95
     c.temperature = 1.0
     c.lambda_u = 1.0
+    c.strong_cutout = 0.5
+    c.ema_decay = 0.999
     unl = [40, 80] if quick else [5000, 10000, 20000]
     c.runs = [{"method": "fixmatch_dac", "lam": lam, "num_unlabeled": u}
               for u in unl for lam in (0.0, 1.0)]

@@ -26,25 +26,31 @@ code the authors adapted (kekmodel/FixMatch-pytorch) uses Nesterov momentum and 
 only (not biases or BatchNorm): :func:`make_optimizer` defaults to the same.
 
 Everything here is functional: a Flax NNX model is split once into a static graph
-(:class:`ModelGraph`, one for BatchNorm in training mode and one for evaluation mode) and a
-pytree :class:`TrainState` (step, parameters, BatchNorm statistics, optimizer state); the
-train step :func:`make_train_step` is a pure function ``(state, key, batch...) -> (state,
-metrics)`` that the caller jits once (``lam`` and the method flag are traced, so lambda
-sweeps and DAC/DA-ERM share one compilation and can be vmapped). Per-step keys are
-``jax.random.fold_in(key, state.step)``, so a resumed run draws the same augmentations.
-:func:`train` is the checkpointed loop (orbax ``CheckpointManager``: parameters, BatchNorm
-statistics, optimizer state, step and data-loader positions), used by
-``experiments/train_dac.py``; on CPU a killed-and-resumed run is bitwise equal to an
-uninterrupted one.
+(:class:`~rdr_jax.training.ModelGraph`, one for BatchNorm in training mode and one for
+evaluation mode) and the shared pytree :class:`~rdr_jax.training.TrainState` (step,
+parameters, BatchNorm statistics, optimizer state); the train step :func:`make_train_step` is
+a pure function ``(state, key, batch...) -> (state, metrics)`` that the caller jits once
+(``lam`` and the method flag are traced, so lambda sweeps and DAC/DA-ERM share one
+compilation and can be vmapped). Per-step keys are ``jax.random.fold_in(key, state.step)``,
+so a resumed run draws the same augmentations. :func:`train` hands this step to the loop both
+chapters share, :func:`rdr_jax.training.fit` (one compilation, data parallelism over all
+local devices with the batch axis sharded, metrics fetched once per ``log_every`` steps into
+``workdir/metrics.jsonl``, orbax checkpoints of parameters, BatchNorm statistics, optimizer
+state, step and data-loader positions); on CPU a killed-and-resumed run is bitwise equal to
+an uninterrupted one. ``experiments/train_dac.py`` runs the thesis tables with it.
 
 The FixMatch + DAC variant of ``table:combining_with_SSL`` (:func:`fixmatch_loss`) adds the
 FixMatch unlabeled loss (pseudo-labels from weakly augmented unlabeled images where the
 confidence exceeds a threshold, cross-entropy on the strongly augmented ones) to the DAC loss
-on the labeled batch.
+on the labeled batch. As in the FixMatch reference code, the strong augmentation ends with
+Cutout (:func:`rdr_jax.dac.randaugment.cutout`, config ``strong_cutout``) and evaluation uses
+an exponential moving average of the weights (decay 0.999, config ``ema_decay``,
+:func:`rdr_jax.training.param_ema`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import numbers
@@ -58,15 +64,23 @@ import optax
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from rdr_jax import models
 from rdr_jax._validation import check_int, check_key
-from rdr_jax.training import (ModelGraph, merge_apply, restore_checkpoint, save_checkpoint,
-                              split_model)
+from rdr_jax.dac.configs import CIFAR100_MEAN, CIFAR100_STD
+from rdr_jax.models.small_cnn import SmallCNN
+from rdr_jax.training import (LoopConfig, ModelGraph, TrainState, apply_gradients,
+                              eval_params, fit, init_train_state, make_mesh, merge_apply,
+                              restore_checkpoint, save_checkpoint, sgd, shard_batch,
+                              state_mesh)
 
 __all__ = [
+    "CIFAR100_MEAN",
+    "CIFAR100_STD",
     "FixMatchSettings",
     "LossTerms",
     "ModelGraph",
     "SmallCNN",
+    "StepInputs",
     "TrainResult",
     "TrainState",
     "apply_model",
@@ -91,8 +105,6 @@ __all__ = [
     "weak_augment",
 ]
 
-CIFAR100_MEAN = (0.5071, 0.4867, 0.4408)
-CIFAR100_STD = (0.2675, 0.2565, 0.2761)
 _CONSISTENCY_ON = ("probs", "logits")
 _REDUCTIONS = ("mean", "sum")
 
@@ -335,7 +347,7 @@ def cosine_schedule(base_lr: float = 0.03, total_steps: int = 2 ** 15,
 
     Example:
         >>> s = cosine_schedule()
-        >>> float(s(0)), round(float(s(2 ** 15)), 6)
+        >>> round(float(s(0)), 6), round(float(s(2 ** 15)), 6)
         (0.03, 0.005853)
     """
     check_int("total_steps", total_steps, low=1)
@@ -354,93 +366,51 @@ def _decay_mask(params):
 
 
 def make_optimizer(learning_rate: Any = None, *, momentum: float = 0.9, nesterov: bool = True,
-                   weight_decay: float = 5e-4) -> optax.GradientTransformation:
+                   weight_decay: float = 5e-4, ema_decay: float = 0.0
+                   ) -> optax.GradientTransformation:
     """SGD with momentum and coupled weight decay, as the reference code (App. ``apdx:exp_detail``).
 
     ``g <- g + wd * theta`` (kernels only), ``m <- momentum * m + g``, update
     ``-lr * (g + momentum * m)`` (Nesterov; plain momentum uses ``-lr * m``): PyTorch's
     ``SGD(momentum=0.9, nesterov=True, weight_decay=wd)`` with the reference's no-decay group
-    for biases and BatchNorm parameters.
+    for biases and BatchNorm parameters (:func:`rdr_jax.training.sgd`).
 
     Args:
         learning_rate: a float or an optax schedule (default :func:`cosine_schedule`).
         momentum: momentum coefficient.
         nesterov: Nesterov momentum.
         weight_decay: coupled L2 coefficient (0 disables it).
+        ema_decay: keep the exponential moving average of the weights that evaluation uses
+            (:func:`rdr_jax.training.param_ema`; FixMatch: 0.999; 0: none).
 
     Example:
         >>> tx = make_optimizer(cosine_schedule(total_steps=100))
     """
     if learning_rate is None:
         learning_rate = cosine_schedule()
-    if weight_decay < 0:
-        raise ValueError(f"weight_decay must be >= 0; got {weight_decay}")
-    parts = []
-    if weight_decay > 0:
-        parts.append(optax.add_decayed_weights(weight_decay, mask=_decay_mask))
-    parts.append(optax.sgd(learning_rate, momentum=momentum, nesterov=nesterov))
-    return optax.chain(*parts)
+    return sgd(learning_rate, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
+               decay_mask=_decay_mask, ema_decay=ema_decay)
 
 
 # --------------------------------------------------------------------------------------
-# models
+# models (rdr_jax.models)
 # --------------------------------------------------------------------------------------
-class SmallCNN(nnx.Module):
-    """A small BatchNorm CNN for tiny images (the digits demo, tests).
-
-    ``conv3x3(c -> w) - BN - ReLU - conv3x3(w -> 2w, stride 2) - BN - ReLU -
-    conv3x3(2w -> 2w) - BN - ReLU - global average pool`` (:meth:`features`, the
-    representation ``phi_h`` of ``sec:general``) then a linear head (``f_h``).
-
-    Example:
-        >>> m = SmallCNN(10, in_channels=1, rngs=nnx.Rngs(0))
-        >>> m(jnp.zeros((2, 8, 8, 1))).shape
-        (2, 10)
-    """
-
-    def __init__(self, num_classes: int, *, in_channels: int = 1, width: int = 16,
-                 rngs: nnx.Rngs):
-        check_int("num_classes", num_classes, low=2)
-        check_int("in_channels", in_channels, low=1)
-        check_int("width", width, low=1)
-        w = width
-        self.conv1 = nnx.Conv(in_channels, w, (3, 3), rngs=rngs)
-        self.bn1 = nnx.BatchNorm(w, momentum=0.9, rngs=rngs)
-        self.conv2 = nnx.Conv(w, 2 * w, (3, 3), strides=(2, 2), rngs=rngs)
-        self.bn2 = nnx.BatchNorm(2 * w, momentum=0.9, rngs=rngs)
-        self.conv3 = nnx.Conv(2 * w, 2 * w, (3, 3), rngs=rngs)
-        self.bn3 = nnx.BatchNorm(2 * w, momentum=0.9, rngs=rngs)
-        self.head = nnx.Linear(2 * w, num_classes, rngs=rngs)
-
-    def features(self, x: Float[Array, "b h w c"]) -> Float[Array, "b f"]:
-        h = nnx.relu(self.bn1(self.conv1(x)))
-        h = nnx.relu(self.bn2(self.conv2(h)))
-        h = nnx.relu(self.bn3(self.conv3(h)))
-        return jnp.mean(h, axis=(1, 2))
-
-    def __call__(self, x: Float[Array, "b h w c"]) -> Float[Array, "b k"]:
-        return self.head(self.features(x))
-
-
 def build_model(model_cfg: Any, *, seed: int = 0) -> nnx.Module:
-    """Build the model named by a config (``name``: ``"wide_resnet"`` or ``"small_cnn"``).
+    """Build the classifier named by a config (``name``: ``"wide_resnet"`` or ``"small_cnn"``)
+    with the model registry :func:`rdr_jax.models.build_model`.
 
     ``wide_resnet`` uses :class:`rdr_jax.models.wide_resnet.WideResNet` (``num_classes``,
-    ``depth``, ``widen_factor``, ``in_channels``); ``small_cnn`` uses :class:`SmallCNN`
-    (``num_classes``, ``in_channels``, ``width``). Parameters are initialised from ``seed``.
+    ``depth``, ``widen_factor``, ``in_channels``); ``small_cnn`` uses
+    :class:`rdr_jax.models.small_cnn.SmallCNN` (``num_classes``, ``in_channels``, ``width``).
+    Parameters are initialised from ``nnx.Rngs(seed)``.
 
     Example:
         >>> m = build_model({"name": "small_cnn", "num_classes": 10, "in_channels": 1})
     """
-    cfg = dict(model_cfg)
-    name = cfg.pop("name")
-    rngs = nnx.Rngs(seed)
-    if name == "small_cnn":
-        return SmallCNN(cfg.pop("num_classes"), rngs=rngs, **cfg)
-    if name == "wide_resnet":
-        from rdr_jax.models.wide_resnet import WideResNet
-        return WideResNet(cfg.pop("num_classes"), rngs=rngs, **cfg)
-    raise ValueError(f"model name must be 'small_cnn' or 'wide_resnet'; got {name!r}")
+    name = dict(model_cfg).get("name")
+    if name not in ("small_cnn", "wide_resnet"):
+        raise ValueError(f"model name must be 'small_cnn' or 'wide_resnet'; got {name!r}")
+    return models.build_model(model_cfg, seed=seed)
 
 
 # --------------------------------------------------------------------------------------
@@ -553,37 +523,8 @@ def normalize_images(images: Array, mean: Optional[tuple] = None,
 
 
 # --------------------------------------------------------------------------------------
-# functional train state
+# the train step (state: rdr_jax.training.TrainState)
 # --------------------------------------------------------------------------------------
-class TrainState(NamedTuple):
-    """Everything that changes during training (a pytree; checkpointed by orbax).
-
-    Attributes:
-        step: int32 scalar, number of optimizer steps taken.
-        params: the ``nnx.Param`` state.
-        model_state: all other model variables (BatchNorm running statistics, ...).
-        opt_state: the optax state.
-    """
-
-    step: Int[Array, ""]
-    params: Any
-    model_state: Any
-    opt_state: Any
-
-
-def init_train_state(model: nnx.Module, tx: optax.GradientTransformation
-                     ) -> tuple[ModelGraph, TrainState]:
-    """Split an NNX model into its static :class:`ModelGraph` and a :class:`TrainState`.
-
-    Example:
-        >>> graph, state = init_train_state(SmallCNN(10, rngs=nnx.Rngs(0)), make_optimizer())
-        >>> int(state.step)
-        0
-    """
-    graph, params, rest = split_model(model)
-    return graph, TrainState(jnp.zeros((), jnp.int32), params, rest, tx.init(params))
-
-
 def apply_model(graphdef: Any, params: Any, model_state: Any, x: Array) -> tuple[Array, Any]:
     """Run the model ``nnx.merge(graphdef, params, model_state)`` on ``x``.
 
@@ -592,40 +533,57 @@ def apply_model(graphdef: Any, params: Any, model_state: Any, x: Array) -> tuple
     return merge_apply(graphdef, params, model_state, x)
 
 
+def _identity(x):
+    return x
+
+
+class StepInputs(NamedTuple):
+    """How a DAC step prepares the model's inputs besides the labeled augmentations.
+
+    Attributes:
+        normalize: applied to every image batch before the model (default: identity).
+        originals_augment: optional augmentation of the labeled originals (e.g. FixMatch's
+            flip + crop).
+        fixmatch: :class:`FixMatchSettings` to add the FixMatch loss (then the step needs
+            ``unlabeled`` images, ``mu * B`` of them, and ``weak``/``strong``).
+        weak, strong: FixMatch's weak and strong batched augmentations ``(key, images) ->
+            images``.
+    """
+
+    normalize: Callable[[Array], Array] = _identity
+    originals_augment: Optional[Callable[[jax.Array, Array], Array]] = None
+    fixmatch: Optional[FixMatchSettings] = None
+    weak: Optional[Callable[[jax.Array, Array], Array]] = None
+    strong: Optional[Callable[[jax.Array, Array], Array]] = None
+
+
 def make_train_step(graph: ModelGraph, tx: optax.GradientTransformation, *, alpha: int,
                     augment: Callable[[jax.Array, Array], Array],
-                    originals_augment: Optional[Callable[[jax.Array, Array], Array]] = None,
-                    normalize: Callable[[Array], Array] = lambda x: x,
                     consistency_on: str = "probs", squared: bool = False,
-                    reduction: str = "mean",
-                    fixmatch: Optional[FixMatchSettings] = None,
-                    weak: Optional[Callable[[jax.Array, Array], Array]] = None,
-                    strong: Optional[Callable[[jax.Array, Array], Array]] = None) -> Callable:
+                    reduction: str = "mean", inputs: StepInputs = StepInputs()) -> Callable:
     """Build the pure train step for DAC / DA-ERM (optionally + FixMatch).
 
     The returned ``step(state, key, images, labels, lam, dac, unlabeled=None) -> (state,
     metrics)``:
 
     1. ``k = fold_in(key, state.step)``; ``alpha`` augmentations of the labeled batch,
-       ``x_{i,j} = augment(k_j, x)`` (originals optionally pass ``originals_augment``, e.g.
-       flip + crop);
+       ``x_{i,j} = augment(k_j, x)`` (originals optionally pass
+       ``inputs.originals_augment``, e.g. flip + crop);
     2. one forward pass over ``[x; x_{.,1}; ...; x_{.,alpha}]`` (and, with FixMatch, the weak
        and strong views of the unlabeled batch) with BatchNorm in training mode;
     3. the objective :func:`dac_loss` when ``dac`` is true, else :func:`da_erm_loss` (``dac``
        and ``lam`` are traced: one compilation serves both methods and every lambda), plus
        ``lambda_u * L_u`` of :func:`fixmatch_loss` with FixMatch;
-    4. an optax update of the parameters; BatchNorm statistics and ``step`` advance.
+    4. an optax update of the parameters (:func:`rdr_jax.training.apply_gradients`; the
+       weight average too when ``tx`` keeps one); BatchNorm statistics and ``step`` advance.
 
     Args:
-        graph: from :func:`init_train_state`.
+        graph: from :func:`rdr_jax.training.init_train_state`.
         tx: the optax optimizer.
         alpha: augmentations per sample (static, >= 1).
         augment: batched augmentation ``(key, images) -> images`` on [0, 1] images.
-        originals_augment: optional augmentation of the originals (default: none).
-        normalize: applied to every image batch before the model.
         consistency_on, squared, reduction: see :func:`dac_loss`.
-        fixmatch: :class:`FixMatchSettings` to add the FixMatch loss (then ``unlabeled`` is
-            required, with ``mu * B`` images, and ``weak``/``strong`` augmentations).
+        inputs: :class:`StepInputs` (normalisation, originals' augmentation, FixMatch).
 
     Returns:
         The step function (not jitted; jit it once, e.g. ``jax.jit(step)``).
@@ -640,7 +598,8 @@ def make_train_step(graph: ModelGraph, tx: optax.GradientTransformation, *, alph
     alpha = check_alpha(alpha)
     _check_choice("consistency_on", consistency_on, _CONSISTENCY_ON)
     _check_choice("reduction", reduction, _REDUCTIONS)
-    if fixmatch is not None and (weak is None or strong is None):
+    fixmatch, normalize = inputs.fixmatch, inputs.normalize
+    if fixmatch is not None and (inputs.weak is None or inputs.strong is None):
         raise ValueError("fixmatch needs the weak and strong augmentations")
 
     def step(state: TrainState, key, images, labels, lam, dac, unlabeled=None):
@@ -649,11 +608,12 @@ def make_train_step(graph: ModelGraph, tx: optax.GradientTransformation, *, alph
         k = jax.random.fold_in(key, state.step)
         k_orig, k_aug, k_w, k_s = jax.random.split(k, 4)
         b = images.shape[0]
-        x = images if originals_augment is None else originals_augment(k_orig, images)
+        x = images if inputs.originals_augment is None else inputs.originals_augment(k_orig,
+                                                                                     images)
         aug = jax.vmap(augment, in_axes=(0, None))(jax.random.split(k_aug, alpha), x)
         parts = [x[None], aug]
         if fixmatch is not None:
-            parts += [weak(k_w, unlabeled)[None], strong(k_s, unlabeled)[None]]
+            parts += [inputs.weak(k_w, unlabeled)[None], inputs.strong(k_s, unlabeled)[None]]
             u = unlabeled.shape[0]
         batch = jnp.concatenate([p.reshape((-1,) + images.shape[1:]) for p in parts], 0)
         batch = normalize(batch)
@@ -679,20 +639,20 @@ def make_train_step(graph: ModelGraph, tx: optax.GradientTransformation, *, alph
 
         grads, (new_rest, metrics) = jax.grad(loss_fn, has_aux=True)(state.params,
                                                                       state.model_state)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        return TrainState(state.step + 1, params, new_rest, opt_state), metrics
+        return apply_gradients(state, tx, grads, new_rest), metrics
 
     return step
 
 
-def make_eval_step(graph: ModelGraph, normalize: Callable[[Array], Array] = lambda x: x
+def make_eval_step(graph: ModelGraph, normalize: Callable[[Array], Array] = _identity
                    ) -> Callable:
     """``eval_step(state, images, labels, mask) -> (correct, ce_sum)`` with BatchNorm in
-    evaluation mode (running statistics); ``mask`` (bool, (B,)) drops padded rows."""
+    evaluation mode (running statistics) and the parameters of
+    :func:`rdr_jax.training.eval_params` (the weight average when the optimizer keeps one,
+    as FixMatch evaluates); ``mask`` (bool, (B,)) drops padded rows."""
 
     def eval_step(state: TrainState, images, labels, mask):
-        model = nnx.merge(graph.eval, state.params, state.model_state)
+        model = nnx.merge(graph.eval, eval_params(state), state.model_state)
         logits = model(normalize(images))
         ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
         correct = (jnp.argmax(logits, -1) == labels) & mask
@@ -707,35 +667,46 @@ def evaluate(eval_step: Callable, state: TrainState, images: np.ndarray, labels:
     """Test accuracy and mean cross-entropy over a whole (host) data set, in fixed-size
     batches (the last one padded and masked, so ``eval_step`` compiles once).
 
-    ``to_float`` converts a host batch (e.g. uint8 CIFAR) to float images in [0, 1].
+    When ``state`` lives on a mesh (:func:`rdr_jax.training.fit`), each batch is split over
+    its devices (the batch size rounded up to a multiple of their number). The per-batch sums
+    are fetched once at the end. ``to_float`` converts a host batch (e.g.
+    uint8 CIFAR) to float images in [0, 1].
     """
     n = len(labels)
     check_int("batch_size", batch_size, low=1)
+    mesh = state_mesh(state)
     bs = min(batch_size, n)
-    correct, ce = 0, 0.0
+    if mesh is not None:
+        bs = -(-bs // mesh.size) * mesh.size
+    sums = []
     for s in range(0, n, bs):
         idx = np.arange(s, s + bs)
         mask = idx < n
         idx = np.minimum(idx, n - 1)
         x = images[idx]
         x = to_float(x) if to_float is not None else x
-        c, l = eval_step(state, jnp.asarray(x), jnp.asarray(labels[idx]), jnp.asarray(mask))
-        correct += int(c)
-        ce += float(l)
+        batch = (x, np.asarray(labels[idx]), mask)
+        batch = shard_batch(mesh, batch) if mesh is not None else jax.tree.map(jnp.asarray,
+                                                                               batch)
+        sums.append(eval_step(state, *batch))
+    sums = jax.device_get(sums)                    # one fetch; summed on the host in float64
+    correct = sum(int(c) for c, _ in sums)
+    ce = sum(float(l) for _, l in sums)
     return {"accuracy": correct / n, "ce": ce / n, "n": n}
 
 
 # --------------------------------------------------------------------------------------
-# training loop
+# training: a thin wrapper of rdr_jax.training.fit
 # --------------------------------------------------------------------------------------
 class TrainResult(NamedTuple):
     """What :func:`train` returns.
 
     Attributes:
-        state: the final :class:`TrainState`.
-        graph: the :class:`ModelGraph` (``nnx.merge(graph.eval, state.params,
-            state.model_state)`` gives the evaluation model).
-        history: list of per-``log_every`` metric dicts (step, loss, ce, consistency, ...).
+        state: the final :class:`~rdr_jax.training.TrainState`.
+        graph: the :class:`~rdr_jax.training.ModelGraph` (``nnx.merge(graph.eval,
+            eval_params(state), state.model_state)`` gives the evaluation model).
+        history: list of per-``log_every`` metric dicts (step, loss, ce, consistency, lr
+            (the interval's mean), accuracy, ...).
         test: final test metrics (accuracy, ce, n) or None without test data.
         resumed_from: the step a checkpoint was restored from (None for a fresh run).
     """
@@ -755,8 +726,9 @@ def _cfg_get(cfg, name, default=None):
 
 
 _STEP_KEYS = ("alpha", "base_lr", "lr_cycles", "total_steps", "momentum", "nesterov",
-              "weight_decay", "augment", "weak_augment_originals", "normalize_mean",
-              "normalize_std", "consistency_on", "squared", "reduction")
+              "weight_decay", "ema_decay", "augment", "weak_augment_originals",
+              "normalize_mean", "normalize_std", "consistency_on", "squared", "reduction",
+              "strong_cutout")
 _JIT_CACHE: dict = {}
 
 
@@ -770,32 +742,98 @@ def _plain(v):
     return v
 
 
-def _build_jitted(graph: ModelGraph, tx, alpha: int, cfg: dict, fm) -> tuple:
+def _strong_augment(cfg: dict) -> Callable[[jax.Array, Array], Array]:
+    """FixMatch's strong view: weak, then the configured augmentation, then Cutout of side
+    ``strong_cutout`` (fraction of the image side; the reference's 0.5 when unset, 0: none)."""
+    from rdr_jax.dac.randaugment import cutout_batch
+    base = build_augment(cfg["augment"])
+    size = 0.5 if cfg["strong_cutout"] is None else float(cfg["strong_cutout"])
+    if not 0.0 <= size <= 1.0:
+        raise ValueError(f"strong_cutout must lie in [0, 1] (0: no Cutout); got {size}")
+
+    def strong(k, x):
+        k1, k2, k3 = jax.random.split(k, 3)
+        y = base(k2, weak_augment(k1, x))
+        return cutout_batch(k3, y, size) if size > 0 else y
+    return strong
+
+
+def _build_step(graph: ModelGraph, tx, alpha: int, cfg: dict, fm) -> tuple:
+    """``(step, jitted eval step)`` of one architecture and step config; ``step`` adds the
+    learning rate to the metrics."""
     mean, std = cfg["normalize_mean"], cfg["normalize_std"]
+    norm = _identity
     if mean:
         mean_t, std_t = tuple(mean), tuple(std)
-        norm = lambda x: normalize_images(x, mean_t, std_t)  # noqa: E731
-    else:
-        norm = lambda x: x  # noqa: E731
-    orig_aug = weak_augment if cfg["weak_augment_originals"] else None
-    strong = None
-    if fm is not None:      # FixMatch's strong view: weak, then the configured augmentation
-        base = build_augment(cfg["augment"])
+        norm = functools.partial(normalize_images, mean=mean_t, std=std_t)
+    inputs = StepInputs(normalize=norm,
+                        originals_augment=weak_augment if cfg["weak_augment_originals"]
+                        else None,
+                        fixmatch=fm, weak=weak_augment if fm else None,
+                        strong=_strong_augment(cfg) if fm else None)
+    base = make_train_step(graph, tx, alpha=alpha, augment=build_augment(cfg["augment"]),
+                           consistency_on=cfg["consistency_on"] or "probs",
+                           squared=bool(cfg["squared"]), reduction=cfg["reduction"] or "mean",
+                           inputs=inputs)
+    schedule = cosine_schedule(float(cfg["base_lr"] or 0.03), int(cfg["total_steps"]),
+                               float(cfg["lr_cycles"] or 7 / 16))
 
-        def weak_then_base(k, x):
-            k1, k2 = jax.random.split(k)
-            return base(k2, weak_augment(k1, x))
-        strong = weak_then_base
-    step_fn = make_train_step(
-        graph, tx, alpha=alpha, augment=build_augment(cfg["augment"]),
-        originals_augment=orig_aug, normalize=norm,
-        consistency_on=cfg["consistency_on"] or "probs", squared=bool(cfg["squared"]),
-        reduction=cfg["reduction"] or "mean", fixmatch=fm,
-        weak=weak_augment if fm else None, strong=strong)
-    # buffer donation saves memory on GPU/TPU; the CPU backend ignores it with a warning
-    donate = (0,) if jax.default_backend() != "cpu" else ()
-    return (jax.jit(step_fn, donate_argnums=donate), jax.jit(make_eval_step(graph, norm)),
-            norm)
+    def step(state, key, *batch):
+        new, metrics = base(state, key, *batch)
+        return new, {**metrics, "lr": schedule(state.step)}
+
+    return step, jax.jit(make_eval_step(graph, norm))
+
+
+class _DacBatches:
+    """Batch source of :func:`train`: ``(images, labels, lam, dac[, unlabeled])`` from the
+    labeled (and FixMatch's unlabeled) :class:`~rdr_jax.dac.data.ArrayLoader`; ``lam`` and
+    the method flag are scalars (replicated, traced: one compilation for every lambda)."""
+
+    def __init__(self, labeled, unlabeled, to_float, lam: float, dac: bool):
+        self.labeled, self.unlabeled, self.to_float = labeled, unlabeled, to_float
+        self.consts = (np.float32(lam), np.bool_(dac))
+
+    def next_batch(self) -> tuple:
+        xb, yb = next(self.labeled)
+        out = (self.to_float(xb), np.asarray(yb, np.int32)) + self.consts
+        if self.unlabeled is not None:
+            out += (self.to_float(next(self.unlabeled)[0]),)
+        return out
+
+    def state_dict(self) -> dict:
+        d = {"labeled": self.labeled.state_dict()}
+        if self.unlabeled is not None:
+            d["unlabeled"] = self.unlabeled.state_dict()
+        return d
+
+    def load_state_dict(self, d: dict) -> None:
+        self.labeled.load_state_dict(d["labeled"])
+        if self.unlabeled is not None:
+            self.unlabeled.load_state_dict(d["unlabeled"])
+
+
+def _settings(config: Any) -> dict:
+    """Validated run settings of a config (method, lam, alpha, steps, batch, seed, devices,
+    EMA decay, FixMatch settings)."""
+    method = _cfg_get(config, "method", "dac")
+    _check_choice("method", method, ("dac", "da_erm", "fixmatch_dac"))
+    num_devices = check_int("num_devices", int(_cfg_get(config, "num_devices", 0) or 0),
+                            low=0, high=len(jax.local_devices()),
+                            high_desc="the number of local devices")
+    fm = None
+    if method == "fixmatch_dac":
+        fm = FixMatchSettings(int(_cfg_get(config, "mu", 7)),
+                              float(_cfg_get(config, "threshold", 0.95)),
+                              float(_cfg_get(config, "temperature", 1.0)),
+                              float(_cfg_get(config, "lambda_u", 1.0)))
+    return {"method": method, "lam": float(check_lam(_cfg_get(config, "lam", 0.0))),
+            "alpha": check_alpha(_cfg_get(config, "alpha")),
+            "total_steps": check_int("total_steps", _cfg_get(config, "total_steps"), low=1),
+            "batch_size": check_int("batch_size", _cfg_get(config, "batch_size"), low=1),
+            "seed": int(_cfg_get(config, "seed", 0)),
+            "ema_decay": float(_cfg_get(config, "ema_decay", 0.0) or 0.0),
+            "devices": jax.local_devices()[:num_devices] if num_devices else None, "fm": fm}
 
 
 def train(config: Any, train_images: np.ndarray, train_labels: np.ndarray,
@@ -805,14 +843,19 @@ def train(config: Any, train_images: np.ndarray, train_labels: np.ndarray,
           to_float: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> TrainResult:
     """Train one DAC / DA-ERM (/ FixMatch + DAC) model with checkpoint/resume.
 
+    A thin wrapper of the shared loop :func:`rdr_jax.training.fit`: it builds the model,
+    optimizer and :func:`make_train_step` from the config and hands them to ``fit``.
+
     The config (an ``ml_collections.ConfigDict`` from :mod:`rdr_jax.dac.configs`, or any
     mapping with the same fields) sets ``method`` (``"dac"``, ``"da_erm"``,
     ``"fixmatch_dac"``), ``lam``, ``alpha``, ``batch_size``, ``total_steps``, ``base_lr``,
-    ``lr_cycles``, ``momentum``, ``nesterov``, ``weight_decay``, ``seed``, ``model`` (see
-    :func:`build_model`), ``augment`` (see :func:`build_augment`), ``weak_augment_originals``,
+    ``lr_cycles``, ``momentum``, ``nesterov``, ``weight_decay``, ``ema_decay`` (weight
+    average used for evaluation; 0: none), ``seed``, ``model`` (see :func:`build_model`),
+    ``augment`` (see :func:`build_augment`), ``weak_augment_originals``,
     ``normalize_mean``/``normalize_std``, ``consistency_on``, ``squared``, ``reduction``,
-    ``checkpoint_every``, ``log_every``, ``eval_batch_size`` and, for FixMatch, ``mu``,
-    ``threshold``, ``temperature``, ``lambda_u``.
+    ``checkpoint_every``, ``log_every``, ``eval_batch_size``, ``num_devices`` (data-parallel
+    devices, 0: all local ones; ``batch_size`` must be divisible by their number) and, for
+    FixMatch, ``mu``, ``threshold``, ``temperature``, ``lambda_u``, ``strong_cutout``.
 
     Data: host arrays, labeled ``train_images`` (N, H, W, C) (float in [0, 1], or anything
     ``to_float`` maps there, e.g. uint8), ``train_labels`` (N,), optional test arrays and
@@ -821,26 +864,19 @@ def train(config: Any, train_images: np.ndarray, train_labels: np.ndarray,
 
     Checkpoints (``workdir`` given): every ``checkpoint_every`` steps and at the end (or at
     ``stop_after``), orbax ``CheckpointManager`` in ``workdir/checkpoints`` saves the
-    :class:`TrainState` and the loader positions and history; a later call with the same
-    ``workdir`` resumes from the latest one. With ``stop_after = s`` the loop stops (and
-    saves) after step ``s``, as if killed there. On CPU, resuming reproduces the
-    uninterrupted run bitwise (the step is one jitted function of (state, key, batch) and
-    the per-step key is ``fold_in(key, step)``).
+    :class:`~rdr_jax.training.TrainState`, the loader positions and the logged metrics
+    (also in ``workdir/metrics.jsonl``); a later call with the same ``workdir`` resumes from
+    the latest one. With ``stop_after = s`` the loop stops (and saves) after step ``s``, as
+    if killed there. On CPU, resuming reproduces the uninterrupted run bitwise (the step is
+    one jitted function of (state, key, batch) and the per-step key is ``fold_in(key,
+    step)``).
 
     Returns:
         :class:`TrainResult`.
     """
-    from tqdm import tqdm
-
     from rdr_jax.dac.data import ArrayLoader
 
-    method = _cfg_get(config, "method", "dac")
-    _check_choice("method", method, ("dac", "da_erm", "fixmatch_dac"))
-    lam = float(check_lam(_cfg_get(config, "lam", 0.0)))
-    alpha = check_alpha(_cfg_get(config, "alpha"))
-    total_steps = check_int("total_steps", _cfg_get(config, "total_steps"), low=1)
-    batch_size = check_int("batch_size", _cfg_get(config, "batch_size"), low=1)
-    seed = int(_cfg_get(config, "seed", 0))
+    st = _settings(config)
     if to_float is None:
         to_float = lambda a: np.asarray(a, np.float32)  # noqa: E731
     train_images = np.asarray(train_images)
@@ -848,103 +884,52 @@ def train(config: Any, train_images: np.ndarray, train_labels: np.ndarray,
     if train_images.ndim != 4 or len(train_images) != len(train_labels):
         raise ValueError("train_images must have shape (N, H, W, C) and train_labels (N,); got "
                          f"{train_images.shape} and {train_labels.shape}")
+    fm = st["fm"]
+    if fm is not None and unlabeled_images is None:
+        raise ValueError("method 'fixmatch_dac' needs unlabeled_images")
+    mesh = make_mesh(st["devices"])
+    if st["batch_size"] % mesh.size:
+        raise ValueError(f"batch_size ({st['batch_size']}) must be divisible by the number of "
+                         f"devices ({mesh.size}) for data parallelism over the batch axis "
+                         f"(set num_devices)")
 
-    schedule = cosine_schedule(float(_cfg_get(config, "base_lr", 0.03)), total_steps,
+    schedule = cosine_schedule(float(_cfg_get(config, "base_lr", 0.03)), st["total_steps"],
                                float(_cfg_get(config, "lr_cycles", 7 / 16)))
     tx = make_optimizer(schedule, momentum=float(_cfg_get(config, "momentum", 0.9)),
                         nesterov=bool(_cfg_get(config, "nesterov", True)),
-                        weight_decay=float(_cfg_get(config, "weight_decay", 5e-4)))
+                        weight_decay=float(_cfg_get(config, "weight_decay", 5e-4)),
+                        ema_decay=st["ema_decay"])
     model = build_model(config.model if hasattr(config, "model") else config["model"],
-                        seed=seed)
+                        seed=st["seed"])
     graph, state = init_train_state(model, tx)
     del model
-
-    fm = None
-    if method == "fixmatch_dac":
-        if unlabeled_images is None:
-            raise ValueError("method 'fixmatch_dac' needs unlabeled_images")
-        fm = FixMatchSettings(int(_cfg_get(config, "mu", 7)),
-                              float(_cfg_get(config, "threshold", 0.95)),
-                              float(_cfg_get(config, "temperature", 1.0)),
-                              float(_cfg_get(config, "lambda_u", 1.0)))
-    # The jitted step depends on the graph and these settings only (seed, lam and DAC/DA-ERM
-    # are runtime values): runs in one process (seeds, lambda sweeps, resumes) share it.
+    # The step depends on the graph and these settings only (seed, lam and DAC/DA-ERM are
+    # runtime values): runs in one process (seeds, lambda sweeps, resumes) share it, and fit
+    # compiles it once.
     step_cfg = {k: _plain(_cfg_get(config, k)) for k in _STEP_KEYS}
     cache_key = (graph, json.dumps(step_cfg, sort_keys=True, default=str), fm)
     if cache_key not in _JIT_CACHE:
-        _JIT_CACHE[cache_key] = _build_jitted(graph, tx, alpha, step_cfg, fm)
-    jstep, jeval, norm = _JIT_CACHE[cache_key]
-    key = jax.random.key(seed)
-    step_key = jax.random.fold_in(key, 1)
-    # commit the state to a device as restored checkpoints and step outputs are, so every
-    # call of the jitted step sees the same argument signature (one compilation)
-    device = jax.devices()[0]
-    state = jax.device_put(state, device)
+        _JIT_CACHE[cache_key] = _build_step(graph, tx, st["alpha"], step_cfg, fm)
+    step, jeval = _JIT_CACHE[cache_key]
 
-    labeled = ArrayLoader(train_images, train_labels, batch_size, seed=seed)
-    unl = None
-    if fm is not None:
-        unl = ArrayLoader(unlabeled_images, np.zeros(len(unlabeled_images), np.int32),
-                          fm.mu * batch_size, seed=seed + 1_000_003)
+    seed, bs = st["seed"], st["batch_size"]
+    unl = None if fm is None else ArrayLoader(
+        unlabeled_images, np.zeros(len(unlabeled_images), np.int32), fm.mu * bs,
+        seed=seed + 1_000_003)
+    batches = _DacBatches(ArrayLoader(train_images, train_labels, bs, seed=seed), unl,
+                          to_float, st["lam"], st["method"] != "da_erm")
+    evaluate_fn = None
+    if test_images is not None:
+        test_x, test_y = np.asarray(test_images), np.asarray(test_labels)
+        eval_bs = int(_cfg_get(config, "eval_batch_size", 500))
 
-    history: list = []
-    resumed_from = None
-    ckpt_dir = Path(workdir) / "checkpoints" if workdir is not None else None
-    if ckpt_dir is not None:
-        got = restore_checkpoint(ckpt_dir, state)
-        if got is not None:
-            state, meta = got
-            state = jax.device_put(state, device)
-            labeled.load_state_dict(meta["loader"]["labeled"])
-            if unl is not None:
-                unl.load_state_dict(meta["loader"]["unlabeled"])
-            history = list(meta.get("history", []))
-            resumed_from = int(state.step)
-
-    def meta_now():
-        m = {"loader": {"labeled": labeled.state_dict()}, "history": history,
-             "method": method, "lam": lam, "alpha": alpha}
-        if unl is not None:
-            m["loader"]["unlabeled"] = unl.state_dict()
-        return m
-
-    end = total_steps if stop_after is None else min(int(stop_after), total_steps)
-    ckpt_every = int(_cfg_get(config, "checkpoint_every", 0) or 0)
-    log_every = max(1, int(_cfg_get(config, "log_every", 100) or 100))
-    lam_arr = jnp.asarray(lam, jnp.float32)
-    dac_flag = jnp.asarray(method != "da_erm")
-    start = int(state.step)
-    bar = tqdm(total=end, initial=start, disable=not progress,
-               desc=f"{method} lam={lam:g} alpha={alpha} seed={seed}")
-    acc: dict = {}
-    n_acc = 0
-    for s in range(start, end):
-        xb, yb = next(labeled)
-        args = (state, step_key, jnp.asarray(to_float(xb)), jnp.asarray(yb, jnp.int32),
-                lam_arr, dac_flag)
-        if unl is not None:
-            ub, _ = next(unl)
-            args = args + (jnp.asarray(to_float(ub)),)
-        state, metrics = jstep(*args)
-        for k_, v in metrics.items():
-            acc[k_] = acc.get(k_, 0.0) + v
-        n_acc += 1
-        if (s + 1) % log_every == 0 or s + 1 == end:
-            row = {"step": s + 1, "lr": float(schedule(s))}
-            row.update({k_: float(v) / n_acc for k_, v in acc.items()})
-            history.append(row)
-            acc, n_acc = {}, 0
-            bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.2f}")
-        if ckpt_dir is not None and ckpt_every and (s + 1) % ckpt_every == 0 and s + 1 < end:
-            save_checkpoint(ckpt_dir, state, meta_now())
-        bar.update(1)
-    bar.close()
-    if ckpt_dir is not None and end > start:
-        save_checkpoint(ckpt_dir, state, meta_now())
-
-    test = None
-    if test_images is not None and int(state.step) == total_steps:
-        test = evaluate(jeval, state, np.asarray(test_images), np.asarray(test_labels),
-                        int(_cfg_get(config, "eval_batch_size", 500)), to_float)
-    return TrainResult(state, graph, history, test, resumed_from)
-
+        def evaluate_fn(s):
+            return evaluate(jeval, s, test_x, test_y, eval_bs, to_float)
+    loop = LoopConfig(num_steps=st["total_steps"],
+                      log_every=max(1, int(_cfg_get(config, "log_every", 100) or 100)),
+                      checkpoint_every=int(_cfg_get(config, "checkpoint_every", 0) or 0),
+                      workdir=workdir, stop_after=stop_after, progress=progress,
+                      desc=f"{st['method']} lam={st['lam']:g} alpha={st['alpha']} seed={seed}")
+    res = fit(step, state, batches, key=jax.random.fold_in(jax.random.key(seed), 1),
+              loop=loop, mesh=mesh, evaluate=evaluate_fn)
+    return TrainResult(res.state, graph, res.history, res.eval, res.resumed_from)

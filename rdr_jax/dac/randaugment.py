@@ -39,7 +39,11 @@ identity), solarize inverts every pixel, rotations are +-30 degrees and shifts 9
 The reference ``RandAugmentMC`` additionally draws each op's magnitude from
 ``randint(1, m)`` (1..9 for m = 10), applies each op with probability 1/2 and always ends with
 a 16 px gray Cutout; the thesis describes a fixed strength, which is what
-:func:`rand_augment` implements (no Cutout).
+:func:`rand_augment` implements (no Cutout). :func:`cutout` is the reference's Cutout
+(``CutoutAbs``: a gray ``(127, 127, 127)`` square of side ``v = 16 = 0.5 * 32`` px drawn with
+PIL's inclusive ``ImageDraw.rectangle`` and clipped at the image border); the FixMatch strong
+augmentation of :mod:`rdr_jax.dac.deep` appends it after the RandAugment ops, as the reference
+does.
 
 Semantics follow PIL exactly on images with values ``i / 255`` (``PIL.ImageOps``,
 ``PIL.ImageEnhance``, ``Image.transform``/``rotate`` with nearest resampling, as the
@@ -81,7 +85,7 @@ from rdr_jax import _validation as V
 __all__ = ["identity", "auto_contrast", "equalize", "rotate", "solarize", "color", "posterize",
            "contrast", "brightness", "sharpness", "shear_x", "shear_y", "translate_x",
            "translate_y", "OPS", "SIGNED_OPS", "op_value", "apply_op", "rand_augment",
-           "rand_augment_batch"]
+           "rand_augment_batch", "CUTOUT_FILL", "cutout", "cutout_batch"]
 
 _LUMA = (0.299, 0.587, 0.114)  # ITU-R 601-2, PIL's convert("L")
 
@@ -704,3 +708,82 @@ def rand_augment_batch(key: jax.Array, images: Float[Array, "b h w c"], num_ops:
     keys = jax.random.split(key, images.shape[0])
     return jax.vmap(lambda k, x: _rand_augment(k, x, magnitude, fill, num_ops=num_ops,
                                                max_magnitude=max_magnitude))(keys, images)
+
+
+# --------------------------------------------------------------------------------------
+# Cutout (the reference RandAugmentMC's last op)
+# --------------------------------------------------------------------------------------
+#: the reference's Cutout colour, gray ``(127, 127, 127)`` of 255
+CUTOUT_FILL = 127 / 255
+
+
+def _check_cutout(size: Any, fill: Any) -> tuple[float, float]:
+    if isinstance(size, bool) or not isinstance(size, numbers.Real):
+        raise TypeError(f"size must be a Python float in (0, 1] (the square's side as a "
+                        f"fraction of the image side; static under jit); got "
+                        f"{type(size).__name__}")
+    if not 0.0 < float(size) <= 1.0:
+        raise ValueError(f"size must lie in (0, 1] (fraction of the image side); got {size}")
+    return float(size), _check_fill(fill)
+
+
+@functools.partial(jax.jit, static_argnames=("side", "fill"))
+def _cutout(key, image, side, fill):
+    h, w = image.shape[:2]
+    u = jax.random.uniform(key, (2,), dtype=image.dtype)
+    x0 = jnp.floor(jnp.maximum(0.0, u[0] * w - side / 2)).astype(jnp.int32)
+    y0 = jnp.floor(jnp.maximum(0.0, u[1] * h - side / 2)).astype(jnp.int32)
+    x1, y1 = jnp.minimum(w, x0 + side), jnp.minimum(h, y0 + side)
+    xs, ys = jnp.arange(w), jnp.arange(h)
+    mask = ((ys >= y0) & (ys <= y1))[:, None] & ((xs >= x0) & (xs <= x1))[None, :]
+    return jnp.where(mask[..., None], jnp.asarray(fill, image.dtype), image)
+
+
+def cutout(key: jax.Array, image: Float[Array, "h w c"], size: float = 0.5, *,
+           fill: float = CUTOUT_FILL) -> Float[Array, "h w c"]:
+    """Cutout as FixMatch's RandAugment ends (kekmodel/FixMatch-pytorch ``CutoutAbs``).
+
+    With ``v = int(size * min(H, W))`` (16 px for 32 x 32 images and the reference's
+    ``size = 0.5``) and a centre ``(c_x, c_y)`` uniform on ``[0, W) x [0, H)``::
+
+        x_0 = floor(max(0, c_x - v/2)),  x_1 = min(W, x_0 + v)      (same for y)
+
+    and every pixel with ``x_0 <= x <= x_1`` and ``y_0 <= y <= y_1`` (PIL's rectangle includes
+    both corners; the image border clips it) is set to ``fill``: one axis-aligned square of
+    ``v + 1`` pixels a side inside the image, cut by the right / bottom border near them.
+    Deterministic per key; jit-able and vmap-able (:func:`cutout_batch`).
+
+    Args:
+        key: a JAX PRNG key.
+        image: float32/float64 ``(H, W, C)``, ``C`` in {1, 3}, values in [0, 1].
+        size: the side as a fraction of the image side, in (0, 1] (static).
+        fill: the patch value in [0, 1] (the reference's gray 127/255).
+
+    Returns:
+        The image with the patch, same shape and dtype.
+
+    Example:
+        >>> y = cutout(jax.random.key(0), jnp.zeros((32, 32, 3)))
+        >>> int((y[..., 0] > 0).sum()) <= 17 * 17
+        True
+    """
+    key = V.check_key(key)
+    _check_image(image)
+    size, fill = _check_cutout(size, fill)
+    return _cutout(key, image, int(size * min(image.shape[:2])), fill)
+
+
+def cutout_batch(key: jax.Array, images: Float[Array, "b h w c"], size: float = 0.5, *,
+                 fill: float = CUTOUT_FILL) -> Float[Array, "b h w c"]:
+    """:func:`cutout` on each image of a batch with the keys ``jax.random.split(key, B)``.
+
+    Example:
+        >>> cutout_batch(jax.random.key(0), jnp.zeros((4, 8, 8, 1))).shape
+        (4, 8, 8, 1)
+    """
+    key = V.check_key(key)
+    _check_image(images, "images", batched=True)
+    size, fill = _check_cutout(size, fill)
+    side = int(size * min(images.shape[1:3]))
+    keys = jax.random.split(key, images.shape[0])
+    return jax.vmap(lambda k, x: _cutout(k, x, side, fill))(keys, images)

@@ -168,8 +168,9 @@ def _bn(plan: _Plan, bn: nnx.BatchNorm, prefix: str) -> None:
 
 
 def load_torchvision_resnet(model: Any, source: Any, *, strict: bool = True) -> LoadResult:
-    """Copy a torchvision ResNet state dict (``.npz`` export) into a :class:`ResNet` or into
-    the ``encoder`` of a :class:`~rdr_jax.models.unet.UNetResNet34`, in place.
+    """Copy a torchvision ResNet state dict (``.npz`` export) into a
+    :class:`~rdr_jax.models.resnet.ResNet` or into the ``encoder`` of a
+    :class:`~rdr_jax.models.unet.UNetResNet34`, in place.
 
     ``kernel = transpose(weight, (2, 3, 1, 0))`` for convolutions (OIHW -> HWIO),
     ``kernel = weight.T`` for ``fc`` (``(out, in)`` -> ``(in, out)``), BatchNorm
@@ -265,9 +266,10 @@ def resize_pos_embedding(posemb: np.ndarray, n_tokens: int) -> np.ndarray:
 
 
 def load_r50_vit_b16(model: TransUNet, source: Any) -> LoadResult:
-    """Copy the official ``R50+ViT-B_16.npz`` hybrid encoder into a :class:`TransUNet`, in
-    place (R50 root and units, patch embedding, position embeddings (resized, see
-    :func:`resize_pos_embedding`), the transformer blocks and ``encoder_norm``).
+    """Copy the official ``R50+ViT-B_16.npz`` hybrid encoder into a
+    :class:`~rdr_jax.models.transunet.TransUNet`, in place (R50 root and units, patch
+    embedding, position embeddings (resized, see :func:`resize_pos_embedding`), the
+    transformer blocks and ``encoder_norm``).
 
     The file is in JAX layout, so kernels are copied as they are (HWIO, ``(in, out)``);
     attention kernels ``(D, heads, D/heads)`` / ``(heads, D/heads, D)`` and biases
@@ -275,7 +277,8 @@ def load_r50_vit_b16(model: TransUNet, source: Any) -> LoadResult:
     the key names.
 
     Args:
-        model: the :class:`TransUNet` (any ``resnet_units``/``num_layers``; shapes must match).
+        model: the :class:`~rdr_jax.models.transunet.TransUNet` (any
+            ``resnet_units``/``num_layers``; shapes must match).
         source: path to the ``.npz`` or a mapping with the official key names.
 
     Returns:

@@ -1,0 +1,104 @@
+"""A tiny U-Net-style segmentation CNN (Ch. 5 CPU test model).
+
+Example:
+    >>> from flax import nnx
+    >>> logits, z = TinySegNet(3, rngs=nnx.Rngs(0))(jnp.zeros((2, 16, 16, 1)))
+    >>> logits.shape, z.shape
+    ((2, 16, 16, 3), (2, 4, 4, 16))
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float
+
+from rdr_jax._validation import check_int
+
+__all__ = ["TinySegNet"]
+
+
+class TinySegNet(nnx.Module):
+    """A tiny U-Net-style CNN with the segmentation-model interface (CPU test model).
+
+    ``x (B, H, W, C_in) -> (logits (B, H, W, K), z (B, H/2^D, W/2^D, c_D))`` with ``D =
+    depth`` and channels ``c_0 = w``, ``c_i = w 2^min(i, D-1)`` (``i >= 1``)::
+
+        e_0 = CBR_{c_0}(x);  e_i = CBR_{c_i}(stride-2 conv(e_{i-1}))  (i = 1..D),  z = e_D
+        d = z;  d = CBR_{c_{i-1}}(concat(up2(d), e_i))  (i = D-1..1)
+        logits = conv1x1(concat(up2(d), e_0))
+
+    (``CBR`` = 3x3 conv - BatchNorm - ReLU, ``up2`` nearest). ``z`` is the encoder output used
+    by the consistency term. ``depth = 2`` is the original two-level net (``z`` at ``H/4``
+    with ``2w`` channels); each extra level doubles the receptive field, which is what lets
+    the net tell an empty end-of-stack slice from an organ slice on 32 x 32 inputs. ``H`` and
+    ``W`` must be divisible by ``2^depth``.
+
+    Args:
+        num_classes: K >= 2.
+        in_channels: input channels.
+        width: base width ``w``.
+        depth: number of stride-2 levels ``D >= 1``.
+        rngs: ``nnx.Rngs`` (keyword-only).
+
+    Example:
+        >>> m = TinySegNet(3, rngs=nnx.Rngs(0))
+        >>> logits, z = m(jnp.zeros((2, 16, 16, 1)))
+        >>> logits.shape, z.shape
+        ((2, 16, 16, 3), (2, 4, 4, 16))
+        >>> TinySegNet(3, depth=3, rngs=nnx.Rngs(0))(jnp.zeros((1, 16, 16, 1)))[1].shape
+        (1, 2, 2, 32)
+    """
+
+    def __init__(self, num_classes: int, *, in_channels: int = 1, width: int = 8,
+                 depth: int = 2, rngs: nnx.Rngs):
+        num_classes = check_int("num_classes", num_classes, low=2)
+        self.in_channels = check_int("in_channels", in_channels, low=1)
+        w = check_int("width", width, low=1)
+        self.depth = check_int("depth", depth, low=1)
+        ch = [w] + [w * 2 ** min(i, self.depth - 1) for i in range(1, self.depth + 1)]
+
+        def conv(cin, cout, stride=1):
+            return nnx.Conv(cin, cout, (3, 3), strides=(stride, stride), padding="SAME",
+                            use_bias=False, rngs=rngs)
+
+        def bn(c):
+            return nnx.BatchNorm(c, momentum=0.9, epsilon=1e-5, rngs=rngs)
+
+        enc = [(self.in_channels, ch[0], 1)] + [(ch[i - 1], ch[i], 2)
+                                                for i in range(1, self.depth + 1)]
+        dec = [((ch[i + 1] if i == self.depth - 1 else ch[i]) + ch[i], ch[i - 1])
+               for i in range(self.depth - 1, 0, -1)]
+        self.enc_conv = nnx.List([conv(a, b, st) for a, b, st in enc])
+        self.enc_bn = nnx.List([bn(b) for _, b, _ in enc])
+        self.dec_conv = nnx.List([conv(a, b) for a, b in dec])
+        self.dec_bn = nnx.List([bn(b) for _, b in dec])
+        self.head = nnx.Conv(2 * ch[0], num_classes, (1, 1), rngs=rngs)
+
+    @classmethod
+    def small(cls, num_classes: int, *, in_channels: int = 1, rngs: nnx.Rngs) -> "TinySegNet":
+        """The default CPU size (``width=8``, ``depth=2``)."""
+        return cls(num_classes, in_channels=in_channels, width=8, rngs=rngs)
+
+    def __call__(self, x: Float[Array, "b h w c"]
+                 ) -> tuple[Float[Array, "b h w k"], Float[Array, "b hd wd e"]]:
+        if x.ndim != 4 or x.shape[-1] != self.in_channels:
+            raise ValueError(f"x must be NHWC with {self.in_channels} channel(s); got shape "
+                             f"{tuple(x.shape)}")
+        f = 2 ** self.depth
+        if x.shape[1] % f or x.shape[2] % f:
+            raise ValueError(f"x height and width must be divisible by 2^depth = {f}; got "
+                             f"{tuple(x.shape)}")
+
+        def up(t):
+            return jnp.repeat(jnp.repeat(t, 2, axis=1), 2, axis=2)
+
+        skips = []
+        h = x
+        for conv, bn in zip(self.enc_conv, self.enc_bn):
+            h = nnx.relu(bn(conv(h)))
+            skips.append(h)
+        z = d = skips[-1]
+        for conv, bn, skip in zip(self.dec_conv, self.dec_bn, skips[-2:0:-1]):
+            d = nnx.relu(bn(conv(jnp.concatenate([up(d), skip], axis=-1))))
+        return self.head(jnp.concatenate([up(d), skips[0]], axis=-1)), z

@@ -1,0 +1,390 @@
+"""The training loop both chapters use: :func:`fit`.
+
+A chapter supplies a pure step ``step(state, key, *batch) -> (state, metrics)`` (its loss and
+update; ``metrics`` a dict or NamedTuple with a scalar ``loss``), the initial
+:class:`~rdr_jax.training.TrainState`, a batch source and a :class:`LoopConfig`; :func:`fit`
+does the rest:
+
+* **one compilation**: the step is jitted once per (step function, mesh, batch layout)
+  (:func:`jit_train_step`, cached), with the state donated, so resumes, seeds and sweeps
+  over traced hyperparameters reuse it;
+* **data parallelism**: batches are split along axis 0 over a 1-D mesh
+  (:mod:`rdr_jax.training.parallel`); state, key and scalar batch entries are replicated;
+* **no per-step host sync**: the step's scalar metrics are stacked on device into one
+  vector per step; the host fetches them once per ``log_every`` steps (and before a
+  checkpoint), checks the loss for NaN/inf there, and writes the interval means to the
+  JSONL metrics file (:mod:`rdr_jax.training.metrics`); at most ``max_inflight`` steps are
+  queued ahead of the device, so host memory stays bounded;
+* **checkpoint/resume** (orbax, :mod:`rdr_jax.training.checkpoint`): the state, the batch
+  source's position, hook states, the logged rows and the metrics of the current, not yet
+  logged interval, every ``checkpoint_every`` steps and at the end; a later call with the
+  same ``workdir`` continues from the newest checkpoint, and (per-step keys
+  ``fold_in(key, step)``, the batch order a function of the position) reproduces the
+  uninterrupted run bit for bit on CPU, logged rows included;
+* an evaluation hook every ``eval_every`` steps and at the end, and a tqdm progress bar.
+
+Example:
+    >>> import optax
+    >>> from rdr_jax.training import TrainState
+    >>> def step(state, key, x):
+    ...     loss = jnp.mean((state.params - x) ** 2)
+    ...     return state._replace(step=state.step + 1, params=state.params + 0.1), {"loss": loss}
+    >>> class Ones:
+    ...     def next_batch(self): return (np.ones((4,), np.float32),)
+    ...     def state_dict(self): return {}
+    ...     def load_state_dict(self, d): pass
+    >>> st = TrainState(jnp.zeros((), jnp.int32), jnp.zeros(()), {}, ())
+    >>> res = fit(step, st, Ones(), key=jax.random.key(0), loop=LoopConfig(4, log_every=2))
+    >>> [round(r["loss"], 3) for r in res.history]
+    [0.905, 0.565]
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import numbers
+import time
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Optional, Protocol, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from rdr_jax.training.checkpoint import restore_checkpoint, save_checkpoint
+from rdr_jax.training.metrics import MetricsFile
+from rdr_jax.training.parallel import (batch_layout, layout_shardings, make_mesh, replicated,
+                                       shard_batch)
+
+__all__ = ["BatchSource", "CompiledStep", "FitResult", "LoopConfig", "fit", "jit_train_step"]
+
+
+class BatchSource(Protocol):
+    """What :func:`fit` reads batches from.
+
+    ``next_batch()`` returns the next batch as a tuple of host arrays (the step's arguments
+    after ``key``; arrays are split over the mesh along axis 0, scalars replicated);
+    ``state_dict()`` / ``load_state_dict(d)`` save and restore the position (JSON-able).
+    """
+
+    def next_batch(self) -> tuple: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, d: dict) -> None: ...
+
+
+class LoopConfig(NamedTuple):
+    """Settings of :func:`fit`.
+
+    Attributes:
+        num_steps: total optimizer steps of the run (>= 1).
+        log_every: fetch and log the metric means every this many steps (and at the last).
+        checkpoint_every: checkpoint every this many steps (0: only at the end); needs
+            ``workdir``.
+        eval_every: call the evaluation hook every this many steps (0: only at the end).
+        workdir: folder for ``checkpoints/`` and ``metrics.jsonl`` (None: neither).
+        stop_after: stop (and checkpoint) after this many total steps, as if killed there.
+        progress: show a tqdm progress bar.
+        desc: the bar's label, also named in error messages.
+        metrics_path: the JSONL metrics file (default ``workdir/metrics.jsonl``).
+        max_inflight: steps dispatched ahead of the device before the host waits.
+    """
+
+    num_steps: int
+    log_every: int = 100
+    checkpoint_every: int = 0
+    eval_every: int = 0
+    workdir: Optional[Path | str] = None
+    stop_after: Optional[int] = None
+    progress: bool = False
+    desc: str = "train"
+    metrics_path: Optional[Path | str] = None
+    max_inflight: int = 2
+
+
+class FitResult(NamedTuple):
+    """What :func:`fit` returns.
+
+    Attributes:
+        state: the final state (on the mesh).
+        history: the logged rows ``{"step", <metric means>}`` of the whole run (restored
+            ones included).
+        evals: the evaluation rows ``{"step", <numbers>}`` of the whole run.
+        eval: the evaluation at the end (the hook's full dict; None when the run stopped
+            early or has no hook).
+        losses: the per-step losses of the steps run in this call.
+        resumed_from: the step restored from a checkpoint (None for a fresh run).
+        seconds_per_step: wall time per step after the first (compiling) one, without
+            checkpoint and evaluation time (NaN with fewer than two steps).
+        metrics_path: the JSONL metrics file (None when not written).
+    """
+
+    state: Any
+    history: list
+    evals: list
+    eval: Optional[dict]
+    losses: list
+    resumed_from: Optional[int]
+    seconds_per_step: float
+    metrics_path: Optional[Path]
+
+
+class CompiledStep(NamedTuple):
+    """A jitted, sharded step ``fn(state, key, batch) -> (state, metrics vector)`` and the
+    names of the vector's entries (the step's scalar metrics; filled when it is traced)."""
+
+    fn: Callable
+    names: list
+
+
+@functools.lru_cache(maxsize=64)
+def _compile(step: Callable, mesh: Mesh, layout: Any) -> CompiledStep:
+    names: list = []
+
+    def wrapped(state, key, batch):
+        new, metrics = step(state, key, *batch)
+        m = metrics._asdict() if hasattr(metrics, "_asdict") else dict(metrics)
+        scal = [(k, v) for k, v in m.items() if jnp.ndim(v) == 0]
+        if "loss" not in dict(scal):
+            raise ValueError(f"the step's metrics must include a scalar 'loss'; got "
+                             f"{sorted(m)}")
+        names[:] = [k for k, _ in scal]
+        dt = jnp.result_type(float)
+        return new, jnp.stack([jnp.asarray(v).astype(dt) for _, v in scal])
+
+    repl = replicated(mesh)
+    fn = jax.jit(wrapped, in_shardings=(repl, repl, layout_shardings(mesh, layout)),
+                 out_shardings=(repl, repl), donate_argnums=(0,))
+    return CompiledStep(fn, names)
+
+
+def jit_train_step(step: Callable, mesh: Mesh, batch: tuple) -> CompiledStep:
+    """The jitted step :func:`fit` runs for ``step`` on ``mesh`` with batches laid out like
+    ``batch`` (cached: the same step function, mesh and layout give the same compiled
+    function). ``fn(state, key, batch)`` donates ``state``; the state and key are
+    replicated, batch arrays split along axis 0; it returns the new state and the step's
+    scalar metrics stacked into one vector (entries named by ``names``)."""
+    return _compile(step, mesh, batch_layout(batch))
+
+
+def _check_loop(loop: LoopConfig) -> LoopConfig:
+    if not isinstance(loop, LoopConfig):
+        raise TypeError(f"loop must be a LoopConfig; got {type(loop).__name__}")
+
+    def count(name, v, low, none_ok=False):
+        if v is None and none_ok:
+            return
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
+            raise ValueError(f"loop.{name} must be an int >= {low}; got {v!r}")
+
+    count("num_steps", loop.num_steps, 1)
+    count("log_every", loop.log_every, 1)
+    count("checkpoint_every", loop.checkpoint_every, 0)
+    count("eval_every", loop.eval_every, 0)
+    count("stop_after", loop.stop_after, 0, none_ok=True)
+    count("max_inflight", loop.max_inflight, 1)
+    return loop
+
+
+def _fetch(x: Any) -> Any:
+    """The loop's only device-to-host transfer of metrics (one per log interval)."""
+    return jax.device_get(x)
+
+
+class _Recorder:
+    """Host side of the metrics: per-step vectors still on device, fetched rows not yet
+    logged (``pending``: ``[step, *values]``), the logged rows and the metrics file."""
+
+    def __init__(self, path: Optional[Path], meta: dict):
+        self.history = list(meta.get("log", []))
+        self.evals = list(meta.get("evals", []))
+        self.pending = [list(r) for r in meta.get("pending", [])]
+        self.names = list(meta.get("names", []))
+        self.device: list = []
+        self.losses: list = []
+        self.file = None
+        if path is not None:
+            self.file = MetricsFile(path, sorted(
+                [dict(r, kind="train") for r in self.history]
+                + [dict(r, kind="eval") for r in self.evals], key=lambda r: r["step"]))
+
+    def fetch(self, names: list) -> Optional[tuple[int, float]]:
+        """Fetch the queued vectors (one transfer); return ``(step, loss)`` of the first
+        non-finite loss, else None."""
+        if names != self.names:          # a fresh run, or other metrics than the checkpoint
+            self.names, self.pending = list(names), []
+        if not self.device:
+            return None
+        vals = np.asarray(_fetch(jnp.stack([v for _, v in self.device])), np.float64)
+        steps = [s for s, _ in self.device]
+        self.device = []
+        i = names.index("loss")
+        for s, row in zip(steps, vals):
+            if not np.isfinite(row[i]):
+                return s, float(row[i])
+            self.pending.append([s] + row.tolist())
+            self.losses.append(float(row[i]))
+        return None
+
+    def log(self, step: int) -> dict:
+        vals = np.asarray([r[1:] for r in self.pending], np.float64)
+        row = {"step": int(step), **{k: float(v) for k, v in zip(self.names, vals.mean(0))}}
+        self.history.append(row)
+        self.pending = []
+        if self.file is not None:
+            self.file.write(row)
+        return row
+
+    def log_eval(self, step: int, result: dict) -> None:
+        row = {"step": int(step)}
+        row.update({k: v for k, v in result.items()
+                    if isinstance(v, (numbers.Number, list, tuple, str))})
+        self.evals.append(row)
+        if self.file is not None:
+            self.file.write({"kind": "eval", **row})
+
+    def meta(self) -> dict:
+        return {"log": self.history, "evals": self.evals, "pending": self.pending,
+                "names": self.names}
+
+
+def _postfix(row: dict, names: list) -> dict:
+    return {k: f"{row[k]:.4g}" for k in (["loss"] + [n for n in names if n != "loss"])[:3]}
+
+
+def fit(step: Callable, state: Any, data: BatchSource, *, key: jax.Array, loop: LoopConfig,
+        mesh: Optional[Mesh] = None, evaluate: Optional[Callable[[Any], dict]] = None,
+        hooks: Sequence[Any] = ()) -> FitResult:
+    """Train ``state`` with ``step`` for ``loop.num_steps`` steps (see the module docstring).
+
+    Each step: ``batch = data.next_batch()`` placed on ``mesh``; ``state, metrics =
+    step(state, key, *batch)`` (jitted once, state donated; the step derives its randomness
+    from ``fold_in(key, state.step)``); then ``hook.after_step(step_number, state)`` for
+    every hook that has it (it must not block on device values; e.g. enqueue a copy).
+
+    Args:
+        step: the chapter's pure step ``(state, key, *batch) -> (state, metrics)``;
+            ``metrics`` is a mapping or NamedTuple holding a scalar ``loss`` (non-scalar
+            entries are not logged).
+        state: the initial :class:`~rdr_jax.training.TrainState` (copied onto the mesh; a
+            checkpoint in ``loop.workdir`` replaces it).
+        data: a :class:`BatchSource`.
+        key: the run's PRNG key (replicated).
+        loop: :class:`LoopConfig`.
+        mesh: a 1-D mesh (default: all local devices, :func:`~rdr_jax.training.make_mesh`).
+        evaluate: ``evaluate(state) -> dict`` of numbers (lists allowed), called every
+            ``loop.eval_every`` steps and at the end of a completed run.
+        hooks: objects with any of ``after_step(step, state)``, ``state_dict()``,
+            ``load_state_dict(d)`` (their state is checkpointed with the run).
+
+    Returns:
+        :class:`FitResult`.
+
+    Raises:
+        FloatingPointError: a non-finite loss; it is detected when the metrics are fetched
+            (each log interval and before every checkpoint), so no state from that step on
+            is saved: the last checkpoint stays the last good one (the message names it).
+        ValueError: bad loop settings; a batch that does not split over the mesh; a step
+            without a scalar ``loss``.
+    """
+    loop = _check_loop(loop)
+    mesh = make_mesh() if mesh is None else mesh
+    repl = replicated(mesh)
+    workdir = None if loop.workdir is None else Path(loop.workdir)
+    ckpt_dir = None if workdir is None else workdir / "checkpoints"
+    mpath = Path(loop.metrics_path) if loop.metrics_path is not None else (
+        None if workdir is None else workdir / "metrics.jsonl")
+    hooks = tuple(hooks)
+    meta: dict = {}
+    resumed_from = None
+    if ckpt_dir is not None:
+        got = restore_checkpoint(ckpt_dir, state)
+        if got is not None:
+            state, meta = got
+            data.load_state_dict(meta["data"])
+            for h, d in zip(hooks, meta.get("hooks", [])):
+                if hasattr(h, "load_state_dict"):
+                    h.load_state_dict(d)
+            resumed_from = int(jax.device_get(state.step))
+    rec = _Recorder(mpath, meta)
+    state = jax.device_put(state, repl, may_alias=False)   # a copy: the loop donates it
+    key = jax.device_put(key, repl)
+    start = int(jax.device_get(state.step))
+    end = loop.num_steps if loop.stop_after is None else min(loop.num_steps, loop.stop_after)
+    last_saved = resumed_from
+    compiled: Optional[CompiledStep] = None
+
+    from tqdm.auto import tqdm
+    bar = tqdm(total=loop.num_steps, initial=min(start, loop.num_steps), desc=loop.desc,
+               disable=not loop.progress, leave=False)
+
+    def save() -> int:
+        return save_checkpoint(ckpt_dir, state, {
+            "data": data.state_dict(), **rec.meta(),
+            "hooks": [h.state_dict() if hasattr(h, "state_dict") else None for h in hooks]})
+
+    def flush(s: int, log: bool) -> None:
+        bad = rec.fetch(compiled.names)
+        if bad is not None:
+            where = (f"the last good checkpoint (step {last_saved}) in {ckpt_dir} is intact; "
+                     f"resume from it with a smaller learning rate"
+                     if last_saved is not None else "no checkpoint was written")
+            raise FloatingPointError(
+                f"non-finite training loss {bad[1]} at step {bad[0]} ({loop.desc}); training "
+                f"stopped before saving this state: {where}")
+        if log and rec.pending:
+            bar.set_postfix(_postfix(rec.log(s), rec.names))
+
+    inflight: collections.deque = collections.deque()
+    t_first = t_end = None
+    t_side = 0.0
+    try:
+        for t in range(start, end):
+            batch = shard_batch(mesh, tuple(data.next_batch()))
+            if compiled is None:
+                compiled = jit_train_step(step, mesh, batch)
+            state, vec = compiled.fn(state, key, batch)
+            s = t + 1
+            rec.device.append((s, vec))
+            if t == start:               # the compiling step: excluded from the timing
+                jax.block_until_ready(vec)
+                t_first = time.perf_counter()
+            else:                        # bounded run-ahead; the device stays busy
+                inflight.append(vec)
+                if len(inflight) > loop.max_inflight:
+                    inflight.popleft().block_until_ready()
+            for h in hooks:
+                if hasattr(h, "after_step"):
+                    h.after_step(s, state)
+            if s % loop.log_every == 0 or s == loop.num_steps:
+                flush(s, log=True)
+            if ckpt_dir is not None and loop.checkpoint_every and \
+                    s % loop.checkpoint_every == 0 and s < end:
+                t0 = time.perf_counter()
+                flush(s, log=False)
+                last_saved = save()
+                t_side += time.perf_counter() - t0
+            if evaluate is not None and loop.eval_every and s % loop.eval_every == 0 \
+                    and s < loop.num_steps:
+                t0 = time.perf_counter()
+                rec.log_eval(s, evaluate(state))
+                t_side += time.perf_counter() - t0
+            bar.update(1)
+        if compiled is not None:
+            flush(end, log=False)        # the rest of an interval: checked, kept pending
+            t_end = time.perf_counter()
+        if ckpt_dir is not None and end > start:
+            save()
+    finally:
+        bar.close()
+    final = None
+    if evaluate is not None and int(jax.device_get(state.step)) == loop.num_steps:
+        final = evaluate(state)
+        rec.log_eval(loop.num_steps, final)
+    n = end - start
+    sps = (t_end - t_first - t_side) / (n - 1) if n > 1 else float("nan")
+    return FitResult(state, rec.history, rec.evals, final, rec.losses, resumed_from, sps,
+                     mpath)
