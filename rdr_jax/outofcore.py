@@ -64,7 +64,7 @@ class DiskMatrix:
 
     Block size rule: a row block has ``b = max(1, memory_budget // (3 * n * itemsize))``
     rows (a column block ``max(1, memory_budget // (3 * m * itemsize))`` columns), i.e.
-    :data:`BLOCKS_IN_FLIGHT` = 3 blocks fit in ``memory_budget`` bytes: the block JAX is
+    :data:`rdr_jax.outofcore.BLOCKS_IN_FLIGHT` = 3 blocks fit in ``memory_budget`` bytes: the block JAX is
     consuming (its device copy), the next block being read, and one transient (the NumPy
     block while JAX copies it, a transposed copy, or the quarter-block staging buffer of a
     read across the storage order). A single line larger than the budget still makes a block of

@@ -283,7 +283,7 @@ class Method:
     def for_operator(self, op) -> "Method":
         """The method with ``orthonormalize="auto"``/``"cholesky_qr2"`` resolved for the
         concrete input ``op`` (its row sharding; see
-        :func:`rdr_jax._tallqr.as_orthonormalizer`)."""
+        ``rdr_jax._tallqr.as_orthonormalizer``)."""
         return dataclasses.replace(self, orthonormalize=as_orthonormalizer(
             self.orthonormalize, op))
 
