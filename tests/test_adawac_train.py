@@ -411,7 +411,7 @@ def test_tiny_segnet_depth_shapes_and_divisibility(depth):
 
 def test_phantom_beta_separates_dense_from_sparse_slices():
     """Quick config (30 epochs of the tiny CNN on 8 phantom cases x 16 slices of 32 x 32),
-    three training seeds.
+    two training seeds (seed 2 gave 0.946 / 0.972 too; left out to keep CI short).
 
     The thesis calls a slice label-sparse when "most pixels are labeled as background"
     (``sec:problem_setup_adawac``) and predicts beta -> 0 on label-sparse and -> 1 on
@@ -428,7 +428,7 @@ def test_phantom_beta_separates_dense_from_sparse_slices():
     frac = (d.train.labels > 0).reshape(len(fg), -1).mean(1)
     dense = frac >= 0.01
     assert 0.3 <= fg.mean() <= 0.8 and (fg & ~dense).sum() >= 5  # both kinds of sparse slice
-    for seed in (0, 1, 2):
+    for seed in (0, 1):
         cfg.seed = seed
         res = train(cfg, d.train)
         beta = np.asarray(res.state.beta)

@@ -207,6 +207,11 @@ def _worker():  # noqa: C901 - one flat list of cases, on purpose
 # --------------------------------------------------------------------------------------
 # pytest side
 # --------------------------------------------------------------------------------------
+# the subprocess below is this module's whole cost (~55 s): keep its tests on one xdist
+# worker (pyproject's ``--dist loadgroup``) so the fixture runs once, not once per worker
+pytestmark = pytest.mark.xdist_group("sharding_subprocess")
+
+
 @pytest.fixture(scope="module")
 def results():
     env = dict(os.environ)
