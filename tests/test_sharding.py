@@ -10,6 +10,7 @@ with a decaying spectrum, k = 10, float64 (float32 for the CholeskyQR2 accuracy 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -207,13 +208,23 @@ def _worker():  # noqa: C901 - one flat list of cases, on purpose
 # --------------------------------------------------------------------------------------
 # pytest side
 # --------------------------------------------------------------------------------------
-# the subprocess below is this module's whole cost (~55 s): keep its tests on one xdist
-# worker (pyproject's ``--dist loadgroup``) so the fixture runs once, not once per worker
-pytestmark = pytest.mark.xdist_group("sharding_subprocess")
-
-
 @pytest.fixture(scope="module")
-def results():
+def results(tmp_path_factory, worker_id):
+    """The subprocess's results, computed once per test session: it is this module's whole
+    cost (~55 s), and pytest-xdist workers would each run it; the first worker to take the
+    lock runs it and caches the JSON in the session's shared temporary folder."""
+    if worker_id == "master":
+        return _run_subprocess()
+    shared = tmp_path_factory.getbasetemp().parent
+    with open(shared / "sharding_results.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cache = shared / "sharding_results.json"
+        if not cache.exists():
+            cache.write_text(json.dumps(_run_subprocess()))
+        return json.loads(cache.read_text())
+
+
+def _run_subprocess():
     env = dict(os.environ)
     # backend optimisation level 0: ~30% less compile time; the HLO passes (SPMD
     # partitioning, collectives) are unchanged, and references are computed in-process
