@@ -864,9 +864,18 @@ def _weight_spans(xp, logs, power, k: int, l: int):
     return power * (logs[0] - logs[k - 1]), power * (logs[k] - logs[k + l - 1])
 
 
-@functools.partial(jax.jit, static_argnames=("k", "l", "num_trials", "sketch", "method",
-                                             "trials_sharding"))
-def _estimate_jit(key, s, power, k, l, num_trials, sketch, method, trials_sharding=None):
+class _Trials(NamedTuple):
+    """Static options of the estimator's Monte-Carlo trials (one hashable jit argument)."""
+
+    num: int
+    sketch: Any
+    method: str
+    sharding: Any = None      # the trials axis over devices (see unbiased_estimate's mesh)
+
+
+@functools.partial(jax.jit, static_argnames=("k", "l", "trials"))
+def _estimate_jit(key, s, power, k, l, trials: _Trials):
+    num_trials, sketch, method, trials_sharding = trials
     r = s.shape[0]
     dt = s.dtype
     # Scale invariance, exactly: W1 = Sigma_k^p Omega_1 and W2 = Sigma_{r\k}^p Omega_2 are
@@ -1044,8 +1053,8 @@ def unbiased_estimate(key: Any, s: Any, k: int, l: int, power_iters: int, *,
         method = "qr"
     p = 2 * q + (1 if side == "left" else 2)
     _check_estimate_range(s, p, k, l, side)
-    return _estimate_jit(key, s, jnp.asarray(p, s.dtype), k, l, num_trials, sk, method,
-                         _trials_sharding(mesh, num_trials))
+    return _estimate_jit(key, s, jnp.asarray(p, s.dtype), k, l,
+                         _Trials(num_trials, sk, method, _trials_sharding(mesh, num_trials)))
 
 
 def _trials_sharding(mesh: Any, num_trials: int):

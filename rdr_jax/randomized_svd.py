@@ -163,11 +163,19 @@ def _rsvd_jit(key, op, k, l, sketch, power_iters, stable, ortho=_HOUSEHOLDER):
     return RSVD(U[:, :k], s[:k], Vt[:k])
 
 
-@functools.partial(jax.jit, static_argnames=("k", "l", "sketch", "power_iters", "stable",
-                                             "delta", "ortho"))
-def _rsvd_certified_jit(key, op, k, l, sketch, power_iters, stable, delta, ortho=_HOUSEHOLDER):
+class _RangeOptions(NamedTuple):
+    """Static range-finder options of :func:`rsvd` (one hashable jit argument)."""
+
+    sketch: Any
+    power_iters: int
+    stable: bool
+    ortho: Any
+
+
+@functools.partial(jax.jit, static_argnames=("k", "l", "opts", "delta"))
+def _rsvd_certified_jit(key, op, k, l, opts: _RangeOptions, delta):
     from rdr_jax import certify as CE       # (certify imports this module's RSVD)
-    res = _rsvd_jit(key, op, k, l, sketch, power_iters, stable, ortho)
+    res = _rsvd_jit(key, op, k, l, *opts)
     factors = (res.U * res.s[None, :], None, res.Vt.conj().T)
     return res, CE.certify_result(key, op, factors, delta)
 
@@ -215,7 +223,8 @@ def rsvd(key, A: Any, k: int, *, oversample: int = 10, l: int | None = None,
     if confidence is not None:
         from rdr_jax.certify import check_delta
         delta = 1.0 - check_delta(confidence, "confidence")
-        res, cert = _rsvd_certified_jit(key, op, k, l, sk, q, bool(stable), delta, ortho)
+        res, cert = _rsvd_certified_jit(key, op, k, l,
+                                        _RangeOptions(sk, q, bool(stable), ortho), delta)
         V.warn_if_nonfinite(res.s[0], "the largest singular value estimate")
         return res, cert
     res = _rsvd_jit(key, op, k, l, sk, q, bool(stable), ortho)
