@@ -67,6 +67,7 @@ import numpy as np
 from jax.scipy.linalg import solve_triangular
 from jaxtyping import Array, Bool, Float
 
+from rdr_jax import _jit
 from rdr_jax import _fp
 from rdr_jax import _validation as V
 from rdr_jax.norms import spectral_norm
@@ -395,7 +396,7 @@ def _orth_checked(X):
     return W, sv[-1] > tol
 
 
-@jax.jit
+@_jit.jit
 def _canonical_angles_jit(U, Vb):
     # exact power-of-two rescaling: angles are scale invariant, and subnormal bases (read as
     # 0 by XLA on CPU) or huge ones are brought to max-abs entry in [1, 2) first
@@ -457,7 +458,7 @@ def canonical_angles(U: Any, V_: Any) -> Float[Array, " p"]:
     return sines
 
 
-@functools.partial(jax.jit, static_argnames=("k",))
+@functools.partial(_jit.jit, static_argnames=("k",))
 def _true_angles_jit(Ut, Vtt, Uh, Vth, k):
     Uk, Vk = Ut[:, :k], Vtt[:k].conj().T
     Vh = Vth.conj().T
@@ -642,7 +643,7 @@ def _sa_bound(xp, s, k: int, l: int, power, eps, lower: bool, constants: str = "
     return xp.where(vacuous, xp.nan, xp.exp(log_b)).astype(s.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "l", "lower", "constants"))
+@functools.partial(_jit.jit, static_argnames=("k", "l", "lower", "constants"))
 def _sa_bound_jit(s, power, eps, k, l, lower, constants="thesis"):
     return _sa_bound(jnp, s, k, l, power.astype(s.dtype), eps.astype(s.dtype), lower,
                      constants)
@@ -873,7 +874,7 @@ class _Trials(NamedTuple):
     sharding: Any = None      # the trials axis over devices (see unbiased_estimate's mesh)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "l", "trials"))
+@functools.partial(_jit.jit, static_argnames=("k", "l", "trials"))
 def _estimate_jit(key, s, power, k, l, trials: _Trials):
     num_trials, sketch, method, trials_sharding = trials
     r = s.shape[0]
@@ -1110,7 +1111,7 @@ class _ProjectedOperator(LinearOperator):
         return self.todense()[:, J]
 
 
-@functools.partial(jax.jit, static_argnames=("k", "exact", "norm_iters"))
+@functools.partial(_jit.jit, static_argnames=("k", "exact", "norm_iters"))
 def _residuals_jit(op, U, s_hat, Vt, key, k, exact, norm_iters):
     Vh = Vt.conj().T
     rdt = s_hat.dtype
@@ -1214,7 +1215,7 @@ def _check_residuals(res: Any) -> Residuals:
     return res
 
 
-@functools.partial(jax.jit, static_argnames=("side",))
+@functools.partial(_jit.jit, static_argnames=("side",))
 def _residual_bound_jit(res, s, side):
     k = res.left_svals.shape[0]
     svals = res.left_svals if side == "left" else res.right_svals
@@ -1250,7 +1251,7 @@ def residual_bound(res: Residuals, s: Any, *, side: str = "left") -> ResidualBou
     return _residual_bound_jit(res, s.astype(res.s_hat.dtype), side)
 
 
-@jax.jit
+@_jit.jit
 def _gap_bounds_jit(res, s):
     k = res.left_svals.shape[0]
     sk = s[k - 1]
@@ -1335,7 +1336,7 @@ def gap_bounds(res: Residuals, s: Any) -> SeparateGapBounds:
 # ======================================================================================
 # 5. Saibaba (2018) Thm 1 with the oracle V
 # ======================================================================================
-@functools.partial(jax.jit, static_argnames=("k",))
+@functools.partial(_jit.jit, static_argnames=("k",))
 def _saibaba_jit(s, Vr, Omega, power, k):
     # rho is invariant to scaling V or Omega: rescale both by powers of two (exact) first
     Vr, Omega = _fp.normalize(Vr)[0], _fp.normalize(Omega)[0]

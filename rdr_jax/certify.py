@@ -83,6 +83,7 @@ import numpy as np
 import scipy.special
 import scipy.stats
 
+from rdr_jax import _jit
 from rdr_jax import _validation as V
 from rdr_jax.diagnostics import low_rank_factors
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
@@ -297,7 +298,7 @@ def certify_result(key, op: LinearOperator, factors, delta: float) -> ErrorCerti
                            DEFAULT_NUM_VECTORS, delta)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
+@functools.partial(_jit.jit, static_argnames=("cfg",))
 def _certificate_jit(key, op, F, G, H, cfg: _CertConfig):
     return certify_factors(key, op, F, G, H, cfg.num_vectors, cfg.delta, cfg.power_iters)
 

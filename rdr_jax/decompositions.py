@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rdr_jax import _jit
 from rdr_jax import _validation as V
 from rdr_jax import certify as CE
 from rdr_jax import fixed_accuracy as FA
@@ -360,7 +361,7 @@ def _with_certificate(res, key, op, delta):
     return res._replace(error_certificate=CE.certify_result(key, op, res.factors(), delta))
 
 
-@functools.partial(jax.jit, static_argnames=("k", "l", "opts"))
+@functools.partial(_jit.jit, static_argnames=("k", "l", "opts"))
 def _interpolative(key, op, k, l, opts: _Options):
     if opts.side == "row":
         res = _column_id(key, op.H, k, l, dataclasses.replace(opts, side="column"))
@@ -371,7 +372,7 @@ def _interpolative(key, op, k, l, opts: _Options):
     return _with_certificate(res, key, op, opts.delta)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "l", "opts"))
+@functools.partial(_jit.jit, static_argnames=("k", "l", "opts"))
 def _cur(key, op, k, l, opts: _Options):
     method = opts.method
     certify = opts.certify and isinstance(op, (DenseOperator, SparseOperator))
@@ -398,7 +399,7 @@ class _TolOptions:
     delta: Optional[float] = None
 
 
-@functools.partial(jax.jit, static_argnames=("opts",))
+@functools.partial(_jit.jit, static_argnames=("opts",))
 def _interpolative_tol(key, op, tol, opts: _TolOptions):
     """Fixed accuracy: blocked randomized LUPP picks the rank (``rdr_jax.fixed_accuracy``);
     with ``interp="exact"`` the shortest pivot prefix whose exact-coefficient ID meets

@@ -87,6 +87,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Inexact, Int
 
+from rdr_jax import _jit
 from rdr_jax import _fp
 from rdr_jax import certify as CE
 from rdr_jax import _validation as V
@@ -371,12 +372,12 @@ def _rows_impl(key, op: LinearOperator, tol, cfg: _Config) -> AdaptiveRows:
                         st.converged, bound)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
+@functools.partial(_jit.jit, static_argnames=("cfg",))
 def _adaptive_rows(key, op, tol, cfg: _Config) -> AdaptiveRows:
     return _rows_impl(key, op, tol, cfg)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
+@functools.partial(_jit.jit, static_argnames=("cfg",))
 def _adaptive_cols(key, op, tol, cfg: _Config) -> AdaptiveColumns:
     r = _rows_impl(key, op.H, tol, cfg)
     return AdaptiveColumns(r.rows, r.W.conj().T, r.rank, r.error_estimate, r.norm_estimate,
@@ -538,7 +539,7 @@ def _scaled_for_prefix(op, rdt):
     return None, None, op.rmatmat
 
 
-@jax.jit
+@_jit.jit
 def _exact_prefix_jit(op, cols, C, rank, tol, estimate):
     n = op.shape[1]
     r = C.shape[1]

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rdr_jax import _jit
 from rdr_jax import _validation as V
 from rdr_jax.operators import HIGHEST, as_operator
 
@@ -40,7 +41,7 @@ def _gauss(key, shape, dtype):
     return jax.random.normal(key, shape, dt)
 
 
-@functools.partial(jax.jit, static_argnames=("iters",))
+@functools.partial(_jit.jit, static_argnames=("iters",))
 def _spectral(key, op, iters):
     v = _gauss(key, (op.shape[1], 1), op.dtype)
     v = v / jnp.linalg.norm(v)
@@ -69,7 +70,7 @@ def spectral_norm(key, A: Any, *, iters: int = 20) -> jax.Array:
     return _spectral(key, as_operator(A), iters)
 
 
-@functools.partial(jax.jit, static_argnames=("num_samples",))
+@functools.partial(_jit.jit, static_argnames=("num_samples",))
 def _spectral_upper(key, op, num_samples):
     W = _gauss(key, (op.shape[1], num_samples), op.dtype)
     return 10.0 * math.sqrt(2.0 / math.pi) * jnp.max(jnp.linalg.norm(op.matmat(W), axis=0))
@@ -86,7 +87,7 @@ def spectral_norm_upper(key, A: Any, *, num_samples: int = 10) -> jax.Array:
     return _spectral_upper(key, as_operator(A), num_samples)
 
 
-@functools.partial(jax.jit, static_argnames=("num_matvecs", "method"))
+@functools.partial(_jit.jit, static_argnames=("num_matvecs", "method"))
 def _frobenius(key, op, num_matvecs, method):
     n = op.shape[1]
     dt = op.dtype

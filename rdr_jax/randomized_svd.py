@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from rdr_jax import _jit
 from rdr_jax import _validation as V
 from rdr_jax._tallqr import (CholeskyQR2, Householder, as_orthonormalizer, cholesky_qr2)
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
@@ -79,7 +80,7 @@ def power_range(key, op: LinearOperator, l: int, sketch, power_iters: int, stabl
     return Y
 
 
-@functools.partial(jax.jit, static_argnames=("l", "sketch", "power_iters", "stable",
+@functools.partial(_jit.jit, static_argnames=("l", "sketch", "power_iters", "stable",
                                              "final", "ortho"))
 def _range_jit(key, op, l, sketch, power_iters, stable, final, ortho):
     Y = power_range(key, op, l, sketch, power_iters, stable, ortho)
@@ -153,7 +154,7 @@ def rangefinder(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "gau
     return _range_jit(key, op, l, sk, q, bool(stable), True, ortho)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "l", "sketch", "power_iters", "stable",
+@functools.partial(_jit.jit, static_argnames=("k", "l", "sketch", "power_iters", "stable",
                                              "ortho"))
 def _rsvd_jit(key, op, k, l, sketch, power_iters, stable, ortho=_HOUSEHOLDER):
     Q = orth(power_range(key, op, l, sketch, power_iters, stable, ortho), ortho)
@@ -172,7 +173,7 @@ class _RangeOptions(NamedTuple):
     ortho: Any
 
 
-@functools.partial(jax.jit, static_argnames=("k", "l", "opts", "delta"))
+@functools.partial(_jit.jit, static_argnames=("k", "l", "opts", "delta"))
 def _rsvd_certified_jit(key, op, k, l, opts: _RangeOptions, delta):
     from rdr_jax import certify as CE       # (certify imports this module's RSVD)
     res = _rsvd_jit(key, op, k, l, *opts)

@@ -63,6 +63,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rdr_jax import _jit
 from rdr_jax import _validation as V
 from rdr_jax import pivoting as P
 from rdr_jax._tallqr import as_orthonormalizer
@@ -473,13 +474,13 @@ def pivot_rows(key, C, k: int, method: Method, Uk=None, need_W: bool = True):
     return I, Wr, eta_r, gram_C
 
 
-@functools.partial(jax.jit, static_argnames=("k", "l", "method"))
+@functools.partial(_jit.jit, static_argnames=("k", "l", "method"))
 def _select_columns(key, op, k, l, method):
     J, W, eta, _ = pivot_columns(key, op, k, l, method, True)
     return ColumnSelection(J, W, eta)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "l", "method"))
+@functools.partial(_jit.jit, static_argnames=("k", "l", "method"))
 def _select_skeletons(key, op, k, l, method):
     k1, k2 = jax.random.split(key)
     J, W, eta, Uk = pivot_columns(k1, op, k, l, method, True)

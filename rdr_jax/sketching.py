@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rdr_jax import _jit
 from rdr_jax import _validation as V
 from rdr_jax.operators import HIGHEST, pytree_dataclass, as_operator
 
@@ -112,7 +113,7 @@ def hash_normal(key, shape: tuple[int, int], dtype=jnp.float32):
     return _hash_normal(key, tuple(int(d) for d in shape), np.dtype(dtype))
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2))
+@functools.partial(_jit.jit, static_argnums=(1, 2))
 def _hash_normal(key, shape, dtype):
     # jitted so that an eager call is one fused loop, not a dozen full-size temporaries
     s = jax.random.bits(key, (2,), jnp.uint32)
@@ -162,7 +163,7 @@ class GaussianSketch(_Sketch):
         return S.lmatmat(self.todense(S.dtype))
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+@functools.partial(_jit.jit, static_argnums=(1, 2, 3, 4))
 def _gaussian_dense(key, l, m, dt, generator):
     """Gamma (l x m) of a GaussianSketch, as one jitted computation (an eager call writes the
     matrix once instead of materialising the unscaled draw first)."""

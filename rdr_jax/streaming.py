@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
+from rdr_jax import _jit
 from rdr_jax import _validation as V
 from rdr_jax import pivoting as P
 from rdr_jax.decompositions import CUR
@@ -55,7 +56,7 @@ class StreamingSkeletons(NamedTuple):
     Y: jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("l", "sketch"), donate_argnums=(0,))
+@functools.partial(_jit.jit, static_argnames=("l", "sketch"), donate_argnums=(0,))
 def _stream_update(X, blk, i0, kg, Omega, l, sketch):
     # Gamma(:, i0:i0+b) for this block: an independent sketch of the block's b coordinates
     S = sketch.draw(jax.random.fold_in(kg, i0), l, blk.shape[0], dtype=blk.dtype)
@@ -150,7 +151,7 @@ def _adjoint_block(blk):
     return jnp.asarray(blk).conj().T
 
 
-@functools.partial(jax.jit, static_argnames=("k", "pivot"))
+@functools.partial(_jit.jit, static_argnames=("k", "pivot"))
 def _stream_pivot(X, Y, k, pivot):
     J = pivot.select(None, X, k)
     I = pivot.select(None, Y.T, k)

@@ -9,11 +9,13 @@ from pathlib import Path
 
 # The suite runs thousands of small compiled functions whose run time is negligible next to
 # their XLA compile time: skip LLVM's backend optimisations (about halves each compile;
-# GEMMs, convolutions and LAPACK calls are library code and unaffected). Set before jax
-# initialises its backend; notebook kernels and script subprocesses inherit it.
-if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + " --xla_backend_optimization_level=0").strip()
+# GEMMs, convolutions and LAPACK calls are library code and unaffected) and use XLA:CPU's
+# LLVM-IR fusion emitters instead of the MLIR ones (halves it again; rdr_jax's own pipelines
+# do this per function, see rdr_jax/_jit.py). Set before jax initialises its backend;
+# notebook kernels and script subprocesses inherit it.
+for _flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"):
+    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
 import jax
 import numpy as np

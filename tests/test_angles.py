@@ -383,7 +383,12 @@ def test_estimator_matches_literal_numpy_algorithm(method):
             for j in range(N):
                 G = make_sketch(keys[j], "gaussian", l, 90, dtype=jnp.float32).todense()
                 want = _numpy_estimator_trial(_np(G).T, s, k, p)
-                np.testing.assert_allclose(_np(est.trials[j]), np.sort(want), rtol=1e-9)
+                # Omega is float32: under the suite's XLA flags (backend optimisation level
+                # 0, LLVM-IR emitters; see conftest.py) XLA:CPU's float32 erf_inv can differ
+                # by a few ulps between the eager draw here and the one fused into the
+                # estimator (with default flags they agree bitwise and rtol=1e-9 holds):
+                # 1e-6 is ~10 float32 ulps, far below any algorithmic error.
+                np.testing.assert_allclose(_np(est.trials[j]), np.sort(want), rtol=1e-6)
             tr = _np(est.trials)
             np.testing.assert_allclose(_np(est.mean), tr.mean(0), rtol=1e-12)
             np.testing.assert_array_equal(_np(est.min), tr.min(0))
