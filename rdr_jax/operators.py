@@ -130,7 +130,11 @@ class DenseOperator(LinearOperator):
         return jnp.matmul(self.array, X, precision=HIGHEST)
 
     def rmatmat(self, Y):
-        return jnp.matmul(self.array.conj().T, Y, precision=HIGHEST)
+        # A^H Y = (Y^H A)^H with Y^H materialised: XLA would otherwise fold the transposes
+        # into a transposed-operand GEMM, 2.5x slower on CPU than the plain one (4000 x 2000
+        # A, 200 columns: 79 vs 32 ms); the barrier keeps the small copy of Y^H.
+        Yh = jax.lax.optimization_barrier(Y.conj().T)
+        return jnp.matmul(Yh, self.array, precision=HIGHEST).conj().T
 
     def lmatmat(self, X):
         return jnp.matmul(X, self.array, precision=HIGHEST)
