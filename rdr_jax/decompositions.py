@@ -51,6 +51,7 @@ from rdr_jax import _validation as V
 from rdr_jax import certify as CE
 from rdr_jax import fixed_accuracy as FA
 from rdr_jax import pivoting as P
+from rdr_jax._tallqr import Householder
 from rdr_jax.operators import HIGHEST, DenseOperator, LinearOperator, SparseOperator, as_operator
 from rdr_jax.randomized_svd import RSVD
 from rdr_jax.selection import (LUPP, Method, check_rank, pivot_columns, pivot_rows,
@@ -213,22 +214,31 @@ def _numerical_rank(r, m):
     return jnp.sum(r > thr).astype(jnp.int32)
 
 
-def _skeleton_qr(C):
+def _tall_qr(C, ortho=None):
+    """Thin QR of the tall skeleton block C: Householder, or ``ortho``'s (the method's
+    resolved orthonormaliser: :class:`rdr_jax._tallqr.CholeskyQR2` when A's rows are sharded,
+    so that C -- row-sharded like A -- is never gathered)."""
+    if ortho is not None and not isinstance(ortho, Householder):
+        return ortho.qr(C)
+    return jnp.linalg.qr(C, mode="reduced")
+
+
+def _skeleton_qr(C, ortho=None):
     """``(Q, R_C, numerical rank)`` of the skeleton block C (Gram route for huge C)."""
     if _gram_path(C):
         G = jnp.matmul(C.conj().T, C, precision=HIGHEST)
         sv = jnp.sqrt(jnp.maximum(jnp.linalg.eigvalsh(G), 0.0))
         return None, G, _numerical_rank(sv, C.shape[0])
-    Q, Rc = jnp.linalg.qr(C, mode="reduced")
+    Q, Rc = _tall_qr(C, ortho)
     return Q, Rc, _numerical_rank(jnp.abs(jnp.diagonal(Rc)), C.shape[0])
 
 
-def _exact_col_interp(op: LinearOperator, C, J):
+def _exact_col_interp(op: LinearOperator, C, J, ortho=None):
     """``W = C^+ A = R_C^+ Q_C^H A`` (one pass, ``A^H Q_C``); for very tall 64-bit C,
     ``W = (C^H C)^+ (C^H A)``. The pseudo-inverse of the small k x k factor equals
     ``R^{-1}`` for a well-conditioned R and stays finite when k exceeds the numerical rank.
     Returns ``(W, numerical rank of C)``."""
-    Q, Rc, nr = _skeleton_qr(C)
+    Q, Rc, nr = _skeleton_qr(C, ortho)
     if Q is None:
         W = _mm(jnp.linalg.pinv(Rc, hermitian=True), op.rmatmat(C).conj().T)
     else:
@@ -236,7 +246,7 @@ def _exact_col_interp(op: LinearOperator, C, J):
     return W.at[:, J].set(jnp.eye(J.shape[0], dtype=W.dtype)), nr
 
 
-def _stable_cur_U(op: LinearOperator, C, R):
+def _stable_cur_U(op: LinearOperator, C, R, ortho=None):
     """``U = C^+ A R^+`` via QR of C and R^H (Eq. ``eq:cur_stable``):
     ``U = R_C^+ (Q_C^H A Q_R) R_R^{+H}``; for very tall 64-bit factors,
     ``U = (C^H C)^+ (C^H A R^H) (R R^H)^+`` (one GEMM per Gram). Returns ``(U, numerical
@@ -249,7 +259,7 @@ def _stable_cur_U(op: LinearOperator, C, R):
         U = _mm(jnp.linalg.pinv(gram_C, hermitian=True),
                 _mm(Mid, jnp.linalg.pinv(GR, hermitian=True)))
         return U, _numerical_rank(sv, C.shape[0])
-    Qc, Rc = jnp.linalg.qr(C, mode="reduced")
+    Qc, Rc = _tall_qr(C, ortho)
     Qr, Rr = jnp.linalg.qr(R.conj().T, mode="reduced")
     M = _mm(Qc.conj().T, op.matmat(Qr))                          # Q_C^H A Q_R (k x k)
     U = _mm(jnp.linalg.pinv(Rc), _mm(M, jnp.linalg.pinv(Rr).conj().T))
@@ -342,7 +352,7 @@ def _column_id(key, op, k, l, opts: _Options):
     C = op.cols(J)
     # the interpolation matrix
     if method.interp == "exact":
-        W, nr = _exact_col_interp(op, C, J)
+        W, nr = _exact_col_interp(op, C, J, method.orthonormalize)
     else:
         W, nr = Wsk, _skeleton_qr(C)[2]
     bound = eta * _row_space_residual_fro(op, Wsk) if opts.certify and certifiable else None
@@ -381,7 +391,7 @@ def _cur(key, op, k, l, opts: _Options):
     C = op.cols(J)
     I, _, eta_r, _ = pivot_rows(k2, C, k, method, Uk, False)             # Line 4
     R = op.rows(I)
-    U, nr = _stable_cur_U(op, C, R)                                       # Eq. eq:cur_stable
+    U, nr = _stable_cur_U(op, C, R, method.orthonormalize)           # Eq. eq:cur_stable
     bound = None
     if certify:
         bound = jnp.sqrt(1.0 + eta_r ** 2) * eta * _row_space_residual_fro(op, Wsk)

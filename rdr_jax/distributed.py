@@ -33,7 +33,39 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-__all__ = ["shard", "row_shards", "check_factor_shardings"]
+__all__ = ["shard", "row_shards", "check_factor_shardings", "auto_axes"]
+
+
+def _auto_mesh(mesh: Mesh) -> Mesh:
+    """``mesh`` with every axis of type ``Auto`` (GSPMD partitions the computation)."""
+    types = getattr(mesh, "axis_types", None)
+    auto = getattr(jax.sharding, "AxisType", None)
+    if types is None or auto is None or all(t == auto.Auto for t in types):
+        return mesh
+    return Mesh(mesh.devices, mesh.axis_names, axis_types=(auto.Auto,) * len(mesh.axis_names))
+
+
+def auto_axes(a: Any) -> Any:
+    """A concrete jax array sharded over a mesh with ``Explicit`` axes (the default of
+    ``jax.make_mesh`` since jax 0.7) placed on the same devices with the same layout but
+    ``Auto`` axes; anything else unchanged.
+
+    rdr_jax's pipelines are written for GSPMD (``Auto`` axes): under explicit sharding
+    ("sharding in types") XLA's LU/QR refuse operands sharded on non-batch dimensions
+    ("Input 0 to lu must be unsharded on non-batch dimensions"). Every entry point calls
+    this on its dense input and on a factored operator's factors, so meshes from
+    ``jax.make_mesh`` work as they are. Traced arrays (inside the caller's jit) are not
+    converted: build such meshes with ``axis_types=(jax.sharding.AxisType.Auto, ...)``.
+    """
+    if not isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer):
+        return a
+    sh = a.sharding
+    if not isinstance(sh, NamedSharding):
+        return a
+    mesh = _auto_mesh(sh.mesh)
+    if mesh is sh.mesh:
+        return a
+    return jax.device_put(a, NamedSharding(mesh, sh.spec))
 
 
 def _axis_size(mesh: Mesh, entry) -> int:
@@ -50,6 +82,9 @@ def shard(A: Any, mesh: Mesh, spec: PartitionSpec) -> jax.Array:
       mesh: a ``jax.sharding.Mesh``.
       spec: e.g. ``P("x", None)`` (rows), ``P(None, "x")`` (columns), ``P("x", "y")``
         (2-D blocks).
+
+    The result's mesh axes are ``Auto`` (GSPMD) even when ``mesh``'s are ``Explicit`` (the
+    default of ``jax.make_mesh``): see :func:`auto_axes`.
 
     Raises:
       ValueError: a sharded dimension not divisible by the size of its mesh axes, an axis
@@ -82,7 +117,7 @@ def shard(A: Any, mesh: Mesh, spec: PartitionSpec) -> jax.Array:
                 f"A has shape {shape}: dimension {dim} ({shape[dim]}) is sharded over mesh "
                 f"axis {entry!r} of size {size}, which does not divide it; pad A, use a mesh "
                 f"axis whose size divides {shape[dim]}, or shard another dimension")
-    return jax.device_put(A, NamedSharding(mesh, spec))
+    return jax.device_put(A, NamedSharding(_auto_mesh(mesh), spec))
 
 
 def _array_row_shards(a: Any) -> int:

@@ -575,10 +575,10 @@ def factored_operator(L, d, R) -> FactoredOperator:
     with differently sharded rank dimensions
     (:func:`rdr_jax.distributed.check_factor_shardings`).
     """
-    from rdr_jax.distributed import check_factor_shardings
+    from rdr_jax.distributed import auto_axes, check_factor_shardings
     check_factor_shardings(L=L, d=d, R=R)
     Lop, Rop = as_operator(L, name="L"), as_operator(R, name="R")
-    d = jnp.asarray(d)
+    d = jnp.asarray(auto_axes(d))
     if d.ndim != 1:
         raise ValueError(f"d must be 1-D; got shape {d.shape}")
     if not (Lop.shape[1] == d.shape[0] == Rop.shape[1]):
@@ -638,7 +638,8 @@ def as_operator(A: Any, *, name: str = "A") -> LinearOperator:
             # ~ one GEMM): the algorithms warn from the running computation when their
             # results are not finite (_validation.warn_if_nonfinite)
             V.check_array_values(name, arr)
-        return DenseOperator(jnp.asarray(arr))
+        from rdr_jax.distributed import auto_axes
+        return DenseOperator(jnp.asarray(auto_axes(arr)))
     raise TypeError(f"{name} must be an array, scipy.sparse matrix, BCOO or LinearOperator; "
                     f"got {type(A).__name__}")
 
