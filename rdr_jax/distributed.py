@@ -84,7 +84,7 @@ def shard(A: Any, mesh: Mesh, spec: PartitionSpec) -> jax.Array:
         (2-D blocks).
 
     The result's mesh axes are ``Auto`` (GSPMD) even when ``mesh``'s are ``Explicit`` (the
-    default of ``jax.make_mesh``): see :func:`auto_axes`.
+    default of ``jax.make_mesh``): see :func:`rdr_jax.distributed.auto_axes`.
 
     Raises:
       ValueError: a sharded dimension not divisible by the size of its mesh axes, an axis
