@@ -24,7 +24,8 @@ is compiled before timing; times are the median of ``--repeats`` calls, block_un
    GEMM floor. Rand-LUPP-1piter error <= 1.08x scipy's.
 3. ``snn1e6``: rank-200 Rand-LUPP CUR of the factored 10^6 x 10^6 SNN (r = 400) end to end
    (sketch, pivots, U, exact error in factored form), run in a subprocess so that its peak
-   RSS is its own. Target: within 60 s; memory must scale with (m + n) l, not m n.
+   RSS is its own. Target: within 45 s (issue 13; 60 s in issue 12); memory must scale
+   with (m + n) l, not m n.
 
 Results: ``bench_cur.json`` in ``--out`` (default ``experiments/results/bench_cur``).
 """
@@ -233,12 +234,12 @@ def bench_snn1e6(k, outdir, sketch="gaussian"):
     m = n = 10 ** 6
     l = k + 10
     bytes_ml = (m + n) * l * 8 / 2 ** 30
-    res["target"] = 60.0
-    res["pass"] = res["cur_plus_error_s"] <= 60.0
+    res["target"] = 45.0
+    res["pass"] = res["cur_plus_error_s"] <= 45.0
     res["(m+n)l_float64_gib"] = bytes_ml
     res["mn_float64_gib"] = m * n * 8 / 2 ** 30
     print(f"  SNN1e6 rank-{k} CUR ({sketch} sketch): CUR {res['cur_s']:.1f} s, + exact error "
-          f"{res['cur_plus_error_s']:.1f} s (target <= 60 s: {'PASS' if res['pass'] else 'FAIL'});"
+          f"{res['cur_plus_error_s']:.1f} s (target <= 45 s: {'PASS' if res['pass'] else 'FAIL'});"
           f" rel. Frobenius error {res['rel_err_fro']:.4g} (optimal {res['opt_rel_err_fro']:.4g});"
           f" peak RSS {res['peak_rss_gib']:.1f} GiB vs (m+n) l float64 = {bytes_ml:.1f} GiB "
           f"(m n would be {res['mn_float64_gib']:.0f} GiB)")
