@@ -24,7 +24,8 @@ def test_weak_scaling_tiny(tmp_path):
     assert rows[0]["time_ratio"] == 1.0 and rows[1]["time_s"] > 0
     assert (out / "weak_scaling.csv").read_text().count("\n") == 3
     assert (out / "weak_scaling.png").stat().st_size > 1000
-    assert "wall time within 1.5x of one device" in r.stdout
+    assert "time per device within 1.5x of one device" in r.stdout
+    assert rows[1]["time_per_device_s"] == rows[1]["time_s"] / 2
 
 
 def test_devices_must_start_with_one(tmp_path):
