@@ -51,7 +51,7 @@ from rdr_jax import _validation as V
 from rdr_jax import certify as CE
 from rdr_jax import fixed_accuracy as FA
 from rdr_jax import pivoting as P
-from rdr_jax._tallqr import Householder, as_orthonormalizer
+from rdr_jax._tallqr import as_orthonormalizer
 from rdr_jax.operators import HIGHEST, DenseOperator, LinearOperator, SparseOperator, as_operator
 from rdr_jax.randomized_svd import RSVD
 from rdr_jax.selection import (LUPP, Method, check_rank, pivot_columns, pivot_rows,
@@ -218,10 +218,7 @@ def _tall_qr(C, ortho=None):
     """Thin QR of the tall skeleton block C: Householder, or ``ortho``'s (the method's
     resolved orthonormaliser: :class:`rdr_jax._tallqr.CholeskyQR2` when A's rows are sharded,
     so that C -- row-sharded like A -- is never gathered)."""
-    ortho = as_orthonormalizer("householder" if ortho is None else ortho)  # "auto": Householder
-    if not isinstance(ortho, Householder):
-        return ortho.qr(C)
-    return jnp.linalg.qr(C, mode="reduced")
+    return as_orthonormalizer("householder" if ortho is None else ortho).qr(C)  # "auto": HH
 
 
 def _skeleton_qr(C, ortho=None):

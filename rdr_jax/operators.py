@@ -42,6 +42,7 @@ import scipy.sparse as sp
 from jax.experimental import sparse as jsparse
 
 from rdr_jax import _validation as V
+from rdr_jax.distributed import auto_axes, check_factor_shardings
 
 HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -575,7 +576,6 @@ def factored_operator(L, d, R) -> FactoredOperator:
     with differently sharded rank dimensions
     (:func:`rdr_jax.distributed.check_factor_shardings`).
     """
-    from rdr_jax.distributed import auto_axes, check_factor_shardings
     check_factor_shardings(L=L, d=d, R=R)
     Lop, Rop = as_operator(L, name="L"), as_operator(R, name="R")
     d = jnp.asarray(auto_axes(d))
@@ -638,7 +638,6 @@ def as_operator(A: Any, *, name: str = "A") -> LinearOperator:
             # ~ one GEMM): the algorithms warn from the running computation when their
             # results are not finite (_validation.warn_if_nonfinite)
             V.check_array_values(name, arr)
-        from rdr_jax.distributed import auto_axes
         return DenseOperator(jnp.asarray(auto_axes(arr)))
     raise TypeError(f"{name} must be an array, scipy.sparse matrix, BCOO or LinearOperator; "
                     f"got {type(A).__name__}")

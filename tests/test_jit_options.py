@@ -45,3 +45,37 @@ def test_disabled_by_environment(monkeypatch):
         monkeypatch.delenv("RDR_JAX_DEFAULT_COMPILER")
         _jit.cpu_compiler_options.cache_clear()
     assert _jit.cpu_compiler_options() is not None
+
+
+_CHILD = r"""
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+import rdr_jax as R
+from rdr_jax import _jit, decompositions as D
+assert _jit.cpu_compiler_options() == _jit.CPU_COMPILER_OPTIONS
+A = jnp.asarray(np.random.default_rng(0).standard_normal((300, 120)))
+op, key = R.as_operator(A), jax.random.key(0)
+opts = D._Options(R.selection.resolve_method("lupp"), "column", False, None)
+fast, plain = D._interpolative._fast, D._interpolative._plain
+a, b = fast(key, op, 20, 30, opts), plain(key, op, 20, 30, opts)
+np.testing.assert_array_equal(np.asarray(a.cols), np.asarray(b.cols))
+np.testing.assert_allclose(np.asarray(a.W), np.asarray(b.W), rtol=0, atol=1e-12)
+np.testing.assert_allclose(float(a.eta), float(b.eta), rtol=1e-12)
+g1 = R.sketching.hash_normal(key, (30, 300), jnp.float64)          # fast (top level)
+g2 = jax.jit(lambda k: R.sketching.hash_normal(k, (30, 300), jnp.float64))(key)  # plain
+np.testing.assert_array_equal(np.asarray(g1), np.asarray(g2))
+print("OK")
+"""
+
+
+def test_fast_and_plain_compiles_agree_without_the_suite_flags():
+    """With the process's default XLA flags (the suite sets the LLVM-IR emitters globally, so
+    in-process both variants compile alike), the per-function option changes no result: same
+    skeletons, W and eta to 1e-12, bitwise-equal Gaussian sketch."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    r = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
