@@ -12,6 +12,20 @@ the CPU backend (a per-function compiler option: it does not change the process'
 not know the option (probed once), functions are compiled with the defaults.
 
 ``RDR_JAX_DEFAULT_COMPILER=1`` in the environment turns this off.
+
+**LAPACK threads.** On CPU, jaxlib's LAPACK kernels (LU, QR, Cholesky, triangular solves,
+SVD, eigh: every factorisation in the pipelines) call the LAPACK of SciPy's bundled OpenBLAS,
+whose worker threads spin after each call and then compete with XLA's own thread pool for
+the cores. On the pipelines' small factorisations (an l x n sketch, m x k skeleton blocks,
+k x k Grams) one OpenBLAS thread is faster: measured on the 2-core machine of the README, the
+default 4000 x 2000 column ID takes 56 -> 40 ms at k = 50 and 165 -> 124 ms at k = 200, and
+the 8-device sharded CUR of ``experiments/bench_weak_scaling.py`` 2131 -> 320 ms (8 devices
+calling a 2-thread OpenBLAS at once). So the first call of a compiled rdr_jax function on
+the CPU backend limits *that* library (SciPy's, found with threadpoolctl by its path; NumPy's
+own OpenBLAS is not touched) to :data:`LAPACK_THREADS` thread. SciPy's ``scipy.linalg`` in
+the same process then runs on one OpenBLAS thread too (``scipy.linalg.interpolative`` was
+not slower: 1849 vs 2452 ms at k = 50). ``RDR_JAX_LAPACK_THREADS=N`` sets another count and
+``RDR_JAX_LAPACK_THREADS=default`` leaves the library alone.
 """
 
 from __future__ import annotations
@@ -31,6 +45,55 @@ except ImportError:                    # pragma: no cover - other jax versions
 
 #: per-function XLA options used on the CPU backend
 CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+
+#: OpenBLAS threads of the LAPACK behind jaxlib's CPU kernels (``RDR_JAX_LAPACK_THREADS``)
+LAPACK_THREADS = 1
+
+_lapack_limiter = None       # keeps threadpoolctl's limiter (and so the limit) alive
+
+
+def lapack_threads_setting() -> Optional[int]:
+    """The thread count from ``RDR_JAX_LAPACK_THREADS`` (default :data:`LAPACK_THREADS`), or
+    None for ``default`` (leave the library alone). Raises ValueError on anything else."""
+    raw = os.environ.get("RDR_JAX_LAPACK_THREADS", "").strip().lower()
+    if raw == "":
+        return LAPACK_THREADS
+    if raw == "default":
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError("RDR_JAX_LAPACK_THREADS must be a positive integer or 'default'; "
+                         f"got {raw!r}")
+    return n
+
+
+@functools.lru_cache(maxsize=None)
+def limit_cpu_lapack_threads() -> tuple[str, ...]:
+    """Limit the OpenBLAS/MKL that jaxlib's CPU LAPACK kernels use (SciPy's: jaxlib takes its
+    LAPACK from ``scipy.linalg.cython_lapack``) to :func:`lapack_threads_setting` threads, once
+    per process, on the CPU backend. Returns the paths of the libraries limited (empty when
+    nothing was changed: not CPU, ``default``, threadpoolctl missing, or no separate SciPy
+    BLAS, e.g. a system/conda BLAS shared with NumPy, which is left alone)."""
+    global _lapack_limiter
+    n = lapack_threads_setting()
+    if n is None or jax.default_backend() != "cpu":
+        return ()
+    try:
+        import scipy.linalg.cython_lapack  # noqa: F401  (the library jaxlib loads)
+        import threadpoolctl
+    except ImportError:             # pragma: no cover - both ship with the requirements
+        return ()
+    ctl = threadpoolctl.ThreadpoolController()
+    paths = [lib.filepath for lib in ctl.lib_controllers
+             if lib.user_api == "blas" and "scipy" in os.path.basename(
+                 os.path.dirname(lib.filepath)).lower()]
+    if not paths:
+        return ()
+    _lapack_limiter = ctl.select(filepath=paths).limit(limits=n)
+    return tuple(paths)
 
 
 @functools.lru_cache(maxsize=None)
@@ -68,6 +131,7 @@ class _Jitted:
         return self._fast if cpu_compiler_options() is not None else self._plain
 
     def __call__(self, *args, **kwargs):
+        limit_cpu_lapack_threads()
         fn = self._pick() if _top_level() else self._plain
         return fn(*args, **kwargs)
 
