@@ -197,13 +197,14 @@ Orthonormalizer = Union[Householder, CholeskyQR2]
 ORTHONORMALIZERS = {"householder": Householder, "cholesky_qr2": CholeskyQR2}
 
 
-def as_orthonormalizer(choice: Any = "auto", op: Any = None):
+def as_orthonormalizer(choice: Any = "auto", op: Any = None, adjoint: bool = False):
     """The choice object for ``"householder"``, ``"cholesky_qr2"``, ``"auto"`` or an object.
 
     ``"auto"`` picks ``CholeskyQR2(blocks=c)`` when the operator ``op`` is a dense array
     (or a factored operator whose left factor is one) with its rows split into ``c > 1``
     shards (read from the concrete array's ``.sharding``), and :class:`Householder`
     otherwise (unsharded inputs, traced inputs, sparse and implicit operators).
+    ``adjoint=True`` resolves for ``op^H`` (whose rows are op's columns) without forming it.
     """
     if isinstance(choice, (Householder, CholeskyQR2)):
         return choice
@@ -211,13 +212,12 @@ def as_orthonormalizer(choice: Any = "auto", op: Any = None):
         raise TypeError(f"orthonormalize must be 'auto', 'householder', 'cholesky_qr2' or "
                         f"Householder()/CholeskyQR2(); got {type(choice).__name__}")
     name = choice.strip().lower()
-    if name == "auto":
-        from rdr_jax.distributed import row_shards
-        c = row_shards(op) if op is not None else 1
+    if name in ("auto", "cholesky_qr2"):
+        from rdr_jax.distributed import col_shards, row_shards
+        c = (col_shards if adjoint else row_shards)(op) if op is not None else 1
+        if name == "cholesky_qr2":
+            return CholeskyQR2(blocks=max(c, 1))
         return CholeskyQR2(blocks=c) if c > 1 else Householder()
-    if name == "cholesky_qr2":
-        from rdr_jax.distributed import row_shards
-        return CholeskyQR2(blocks=max(row_shards(op), 1) if op is not None else 1)
     if name == "householder":
         return Householder()
     raise ValueError(f"orthonormalize must be 'auto', 'householder' or 'cholesky_qr2'; got "

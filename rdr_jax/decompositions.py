@@ -608,7 +608,8 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
         return res
     k = check_rank(k, op.shape)
     m = resolve_method(method, sketch=sketch, power_iters=power_iters, stable=stable,
-                       oversample=oversample, interp=interp).for_operator(op)
+                       oversample=oversample, interp=interp).for_operator(
+                           op, adjoint=side == "row")     # a row ID runs on A^H
     m.pivot.check_backend()
     l = sketch_size(m, k, op.shape, l)
     res = _interpolative(key, op, k, l, _Options(m, side, bool(certify), delta))

@@ -27,6 +27,7 @@ over ``jax.devices()`` and the global array with ``jax.make_array_from_process_l
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -121,13 +122,16 @@ def shard(A: Any, mesh: Mesh, spec: PartitionSpec) -> jax.Array:
 
 
 def _array_row_shards(a: Any) -> int:
-    if not isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer):
+    axis = 0
+    if isinstance(a, _Transposed):           # the columns of a.a
+        a, axis = a.a, 1
+    if not isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer) or a.ndim != 2:
         return 1
     try:
-        rows = a.sharding.shard_shape(a.shape)[0]
+        part = a.sharding.shard_shape(a.shape)[axis]
     except Exception:  # pragma: no cover - shardings without a shard shape
         return 1
-    return max(int(a.shape[0]) // max(int(rows), 1), 1)
+    return max(int(a.shape[axis]) // max(int(part), 1), 1)
 
 
 def row_shards(op: Any) -> int:
@@ -142,6 +146,28 @@ def row_shards(op: Any) -> int:
     if isinstance(op, jax.Array):
         return _array_row_shards(op)
     return 1
+
+
+def col_shards(op: Any) -> int:
+    """Number of shards the columns of a concrete operator are split into (the rows of
+    ``A^H``; 1: unsharded, traced, sparse or implicit). Dense: from the array's sharding;
+    factored ``L diag(d) R^H``: from R's rows (A's columns are R's rows)."""
+    from rdr_jax.operators import DenseOperator, FactoredOperator
+    if isinstance(op, DenseOperator):
+        return _array_row_shards(_Transposed(op.array))
+    if isinstance(op, FactoredOperator):
+        return row_shards(op.R)
+    if isinstance(op, jax.Array):
+        return _array_row_shards(_Transposed(op))
+    return 1
+
+
+@dataclasses.dataclass(frozen=True)
+class _Transposed:
+    """The shape and shard shape of a 2-D array's transpose (for :func:`col_shards`),
+    without transposing it."""
+
+    a: Any
 
 
 def _device_set(x: Any):

@@ -281,12 +281,13 @@ class Method:
             # validate (and normalise) everything but the input-dependent spellings
             object.__setattr__(self, "orthonormalize", as_orthonormalizer(self.orthonormalize))
 
-    def for_operator(self, op) -> "Method":
+    def for_operator(self, op, adjoint: bool = False) -> "Method":
         """The method with ``orthonormalize="auto"``/``"cholesky_qr2"`` resolved for the
         concrete input ``op`` (its row sharding; see
-        ``rdr_jax._tallqr.as_orthonormalizer``)."""
+        ``rdr_jax._tallqr.as_orthonormalizer``), or for ``op^H`` with ``adjoint=True`` (the
+        operator a row ID runs its column ID on: its rows are op's columns)."""
         return dataclasses.replace(self, orthonormalize=as_orthonormalizer(
-            self.orthonormalize, op))
+            self.orthonormalize, op, adjoint))
 
     def replace(self, **changes) -> "Method":
         """A copy with the given fields changed (``None`` values are ignored)."""

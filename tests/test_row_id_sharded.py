@@ -1,0 +1,43 @@
+"""Regression: a row ID (``side="row"``) of a row-sharded A runs its column ID on ``A^H``,
+whose rows are A's columns; its orthonormaliser must be resolved for ``A^H``. It was
+resolved for A (CholeskyQR2 with 4 row blocks on an unsharded skeleton), and the compiled
+program deadlocked for k above the numerical rank (the QR route of the coefficients).
+Subprocess with 4 virtual devices and a timeout."""
+
+import os
+import subprocess
+import sys
+
+_CHILD = r"""
+import os
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=4")
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+jax.config.update("jax_enable_x64", True)
+import rdr_jax as R
+from rdr_jax.selection import resolve_method
+rng = np.random.default_rng(0)
+A = (rng.standard_normal((1200, 40)) / np.arange(1, 41)) @ rng.standard_normal((40, 400))
+A = A + 1e-3 * rng.standard_normal(A.shape)                # numerical rank ~40 < k = 50
+mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+rows = jax.device_put(A, NamedSharding(mesh, P("x", None)))
+cols = jax.device_put(A, NamedSharding(mesh, P(None, "x")))
+m = resolve_method("lupp")
+assert m.for_operator(R.as_operator(rows)) == m.replace(orthonormalize=R.CholeskyQR2(blocks=4))
+assert m.for_operator(R.as_operator(rows), adjoint=True).orthonormalize == R.Householder()
+assert m.for_operator(R.as_operator(cols), adjoint=True).orthonormalize == R.CholeskyQR2(blocks=4)
+key = jax.random.key(7)
+ref = R.interpolative(key, jnp.asarray(A), 50, side="row", on_rank_deficient="ignore")
+for X in (rows, cols):
+    d = R.interpolative(key, X, 50, side="row", on_rank_deficient="ignore")
+    np.testing.assert_array_equal(np.asarray(d.rows), np.asarray(ref.rows))
+    np.testing.assert_allclose(np.asarray(d.W), np.asarray(ref.W), atol=1e-8)
+print("OK")
+"""
+
+
+def test_row_id_of_row_sharded_matrix_completes_and_matches():
+    r = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True,
+                       timeout=240, env=dict(os.environ))
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
