@@ -1,5 +1,5 @@
 """Shared helpers for the experiment scripts: environment record, host thread limits,
-load average, integer-list arguments, NaN-aware ROC AUC."""
+load average, integer-list arguments, NaN-aware ROC AUC, the Monte-Carlo trials mesh."""
 
 from __future__ import annotations
 
@@ -24,6 +24,27 @@ def ints(s: str) -> list[int]:
 def floats(s: str) -> list[float]:
     """'0.1,1,1e2' -> [0.1, 1.0, 100.0]."""
     return [float(x) for x in s.split(",") if x.strip()]
+
+
+def trials_mesh(devices: int, trials: int, what: str = "--num-trials"):
+    """A 1-D mesh ``("trials",)`` over the first ``devices`` devices to split Monte-Carlo
+    trials over (None for ``devices == 1``). Raises ValueError (with the fix) when fewer
+    devices exist or ``trials`` is not a multiple of ``devices``. On CPU, virtual devices come
+    from ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` set before jax starts."""
+    if devices < 1:
+        raise ValueError(f"--devices must be >= 1; got {devices}")
+    if devices == 1:
+        return None
+    have = jax.device_count()
+    if devices > have:
+        hint = (f"; on CPU run with XLA_FLAGS=--xla_force_host_platform_device_count={devices}"
+                if jax.default_backend() == "cpu" else "")
+        raise ValueError(f"--devices {devices}: only {have} device(s) available{hint}")
+    if trials % devices:
+        raise ValueError(f"{what} = {trials} must be a multiple of --devices {devices} (the "
+                         "trials are split evenly over the devices)")
+    return jax.make_mesh((devices,), ("trials",), devices=jax.devices()[:devices],
+                         axis_types=(jax.sharding.AxisType.Auto,))
 
 
 def env_info() -> dict:

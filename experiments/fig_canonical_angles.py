@@ -132,7 +132,7 @@ from tqdm import tqdm  # noqa: E402
 from rdr_jax import angles, datasets, matrices  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, loadavg, run_main  # noqa: E402
+from _common import env_info, loadavg, run_main, trials_mesh  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_canonical_angles"
 ORDER = ("gaussian_slow", "gaussian_fast", "snn_a1", "snn_a100", "real")
@@ -305,13 +305,14 @@ def panel_summary(mat: str, k: int, l: int, q: int, side: str, r: int, ser: dict
     return p
 
 
-def run_config(M: dict, tsvd, k: int, l: int, qs, key, num_trials: int):
-    """Angle reports for (k, l, q) for q in qs; returns (csv rows, panels, series)."""
+def run_config(M: dict, tsvd, k: int, l: int, qs, key, num_trials: int, mesh=None):
+    """Angle reports for (k, l, q) for q in qs; returns (csv rows, panels, series). ``mesh``
+    splits the estimator's trials over devices (``unbiased_estimate(mesh=)``)."""
     r = int(tsvd.s.shape[0])
     rows, panels, series = [], [], {}
     for q in qs:
         rep = angles.angle_report(jax.random.fold_in(key, q), M["A"], k, l, q, true_svd=tsvd,
-                                  num_trials=num_trials)
+                                  num_trials=num_trials, estimate_options={"mesh": mesh})
         rep = jax.block_until_ready(rep)
         for side in ("left", "right"):
             ser = side_series(rep, side)
@@ -587,12 +588,18 @@ def parse_args(argv=None):
     p.add_argument("--host-threads", type=int, default=1,
                    help="OpenBLAS/OpenMP threads (default 1; 0 = library default)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--devices", type=int, default=1,
+                   help="split the estimator's trials over this many devices (same results; "
+                        "on CPU set XLA_FLAGS=--xla_force_host_platform_device_count=N)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
     args = p.parse_args(argv)
     if args.size < 8:
         p.error("--size must be >= 8")
     if args.num_trials < 1:
         p.error("--num-trials must be >= 1")
+    if args.devices < 1 or args.num_trials % args.devices:
+        p.error(f"--devices must be >= 1 and divide --num-trials ({args.num_trials}); "
+                f"got {args.devices}")
     return args
 
 
@@ -633,12 +640,14 @@ def print_data_sources(mats: dict):
 
 def run(args, argv=None):
     env = env_info()
+    mesh = trials_mesh(args.devices, args.num_trials)
     names = [x for x in ORDER if x in (args.matrix or (QUICK_MATRICES if args.quick else ORDER))]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = {"script": "fig_canonical_angles", "quick": args.quick, "matrices": names,
            "size": args.size, "snn_density": args.snn_density, "num_trials": args.num_trials,
            "seed": args.seed, "eps_upper": 1.0, "constants": ["thesis", "calibrated"],
+           "devices": args.devices,
            "host_threads": args.host_threads,
            "configs": {}, "data_sources": {},
            "argv": sys.argv if argv is None else list(argv), "env": env,
@@ -680,7 +689,7 @@ def run(args, argv=None):
         for ci, (k, l, qs) in enumerate(cfgs):
             bar.set_postfix_str(f"{M['name']} k={k} l={l} q={qs}")
             ck = jax.random.fold_in(jax.random.fold_in(key, 1000 + mi), ci)
-            rows, panels, series = run_config(M, tsvd, k, l, qs, ck, args.num_trials)
+            rows, panels, series = run_config(M, tsvd, k, l, qs, ck, args.num_trials, mesh)
             png = out / f"fig_canonical_angles_{M['tag']}_k{k}_l{l}_q{'-'.join(map(str, qs))}.png"
             plot_config(M, k, l, qs, series, panels, png)
             pngs.append(png.name)
