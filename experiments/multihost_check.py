@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RTOL = 1e-9
 
 
-def test_matrix(m: int, n: int, seed: int = 0):
+def rank40_matrix(m: int, n: int, seed: int = 0):
     """A rank-40 matrix with decaying spectrum plus small noise (float64, numpy)."""
     import numpy as np
     rng = np.random.default_rng(seed)
@@ -71,7 +71,7 @@ def child(pid: int, nproc: int, port: int, local_devices: int, m: int, n: int, k
 
     if m % (nproc * local_devices):
         raise ValueError(f"m = {m} must be divisible by the {nproc * local_devices} devices")
-    A = test_matrix(m, n)
+    A = rank40_matrix(m, n)
     mesh = jax.make_mesh((jax.device_count(),), ("x",),
                          axis_types=(jax.sharding.AxisType.Auto,))
     rows = m // nproc

@@ -221,10 +221,11 @@ def _tall_qr(C, ortho=None):
     return as_orthonormalizer("householder" if ortho is None else ortho).qr(C)  # "auto": HH
 
 
-def _skeleton_qr(C, ortho=None):
-    """``(Q, R_C, numerical rank)`` of the skeleton block C (Gram route for huge C)."""
+def _skeleton_qr(C, ortho=None, G=None):
+    """``(Q, R_C, numerical rank)`` of the skeleton block C (Gram route for huge C, which
+    reuses ``G = C^H C`` when the caller already formed it)."""
     if _gram_path(C):
-        G = jnp.matmul(C.conj().T, C, precision=HIGHEST)
+        G = _mm(C.conj().T, C) if G is None else G
         sv = jnp.sqrt(jnp.maximum(jnp.linalg.eigvalsh(G), 0.0))
         return None, G, _numerical_rank(sv, C.shape[0])
     Q, Rc = _tall_qr(C, ortho)
@@ -270,8 +271,8 @@ def _exact_col_interp(op: LinearOperator, C, J, ortho=None):
     A ``lax.cond`` picks the route at run time (under ``vmap`` both run)."""
     k = C.shape[1]
 
-    def qr_route():
-        Q, Rc, nr = _skeleton_qr(C, ortho)
+    def qr_route(G=None):
+        Q, Rc, nr = _skeleton_qr(C, ortho, G)
         if Q is None:
             return _mm(jnp.linalg.pinv(Rc, hermitian=True), op.rmatmat(C).conj().T), nr
         return _mm(jnp.linalg.pinv(Rc), op.rmatmat(Q).conj().T), nr     # R_C^+ Q^H A
@@ -291,7 +292,7 @@ def _exact_col_interp(op: LinearOperator, C, J, ortho=None):
                                                 transpose_a=True, conjugate_a=True)
             return W, jnp.asarray(k, jnp.int32)
 
-        W, nr = jax.lax.cond(ok, normal_route, qr_route)
+        W, nr = jax.lax.cond(ok, normal_route, lambda: qr_route(G))
     return W.at[:, J].set(jnp.eye(J.shape[0], dtype=W.dtype)), nr
 
 

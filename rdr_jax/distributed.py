@@ -27,7 +27,6 @@ over ``jax.devices()`` and the global array with ``jax.make_array_from_process_l
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
@@ -121,10 +120,9 @@ def shard(A: Any, mesh: Mesh, spec: PartitionSpec) -> jax.Array:
     return jax.device_put(A, NamedSharding(_auto_mesh(mesh), spec))
 
 
-def _array_row_shards(a: Any) -> int:
-    axis = 0
-    if isinstance(a, _Transposed):           # the columns of a.a
-        a, axis = a.a, 1
+def _array_shards(a: Any, axis: int) -> int:
+    """Number of shards dimension ``axis`` of a concrete 2-D jax array is split into (1 for
+    anything else: numpy, traced, other ranks)."""
     if not isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer) or a.ndim != 2:
         return 1
     try:
@@ -140,11 +138,11 @@ def row_shards(op: Any) -> int:
     ``L diag(d) R^H``: from L's (A's rows are L's rows)."""
     from rdr_jax.operators import DenseOperator, FactoredOperator
     if isinstance(op, DenseOperator):
-        return _array_row_shards(op.array)
+        return _array_shards(op.array, 0)
     if isinstance(op, FactoredOperator):
         return row_shards(op.L)
     if isinstance(op, jax.Array):
-        return _array_row_shards(op)
+        return _array_shards(op, 0)
     return 1
 
 
@@ -154,20 +152,12 @@ def col_shards(op: Any) -> int:
     factored ``L diag(d) R^H``: from R's rows (A's columns are R's rows)."""
     from rdr_jax.operators import DenseOperator, FactoredOperator
     if isinstance(op, DenseOperator):
-        return _array_row_shards(_Transposed(op.array))
+        return _array_shards(op.array, 1)
     if isinstance(op, FactoredOperator):
         return row_shards(op.R)
     if isinstance(op, jax.Array):
-        return _array_row_shards(_Transposed(op))
+        return _array_shards(op, 1)
     return 1
-
-
-@dataclasses.dataclass(frozen=True)
-class _Transposed:
-    """The shape and shard shape of a 2-D array's transpose (for :func:`col_shards`),
-    without transposing it."""
-
-    a: Any
 
 
 def _device_set(x: Any):

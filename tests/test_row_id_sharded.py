@@ -2,7 +2,8 @@
 whose rows are A's columns; its orthonormaliser must be resolved for ``A^H``. It was
 resolved for A (CholeskyQR2 with 4 row blocks on an unsharded skeleton), and the compiled
 program deadlocked for k above the numerical rank (the QR route of the coefficients).
-Subprocess with 4 virtual devices and a timeout."""
+Subprocess with 4 virtual devices and a timeout; also a 4-device ``jax.make_mesh`` mesh with
+its default axis types (the 1-device case is in tests/test_explicit_mesh.py)."""
 
 import os
 import subprocess
@@ -29,7 +30,14 @@ assert m.for_operator(R.as_operator(rows), adjoint=True).orthonormalize == R.Hou
 assert m.for_operator(R.as_operator(cols), adjoint=True).orthonormalize == R.CholeskyQR2(blocks=4)
 key = jax.random.key(7)
 ref = R.interpolative(key, jnp.asarray(A), 50, side="row", on_rank_deficient="ignore")
-for X in (rows, cols):
+# a mesh from jax.make_mesh with its default (Explicit, in recent jax) axis types: XLA's LU
+# refuses such row-sharded operands unless the entry point converts them (distributed.auto_axes)
+explicit = jax.device_put(A, NamedSharding(jax.make_mesh((4,), ("x",)), P("x", None)))
+c_ref = R.cur(key, jnp.asarray(A), 20)
+c_ex = R.cur(key, explicit, 20)
+np.testing.assert_array_equal(np.asarray(c_ex.cols), np.asarray(c_ref.cols))
+np.testing.assert_allclose(np.asarray(c_ex.U), np.asarray(c_ref.U), rtol=1e-9, atol=1e-12)
+for X in (rows, cols, explicit):
     d = R.interpolative(key, X, 50, side="row", on_rank_deficient="ignore")
     np.testing.assert_array_equal(np.asarray(d.rows), np.asarray(ref.rows))
     np.testing.assert_allclose(np.asarray(d.W), np.asarray(ref.W), atol=1e-8)
