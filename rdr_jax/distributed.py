@@ -136,27 +136,24 @@ def row_shards(op: Any) -> int:
     """Number of shards the rows of a concrete operator are split into (1: unsharded,
     traced, sparse or implicit). Dense: from the array's sharding; factored
     ``L diag(d) R^H``: from L's (A's rows are L's rows)."""
-    from rdr_jax.operators import DenseOperator, FactoredOperator
-    if isinstance(op, DenseOperator):
-        return _array_shards(op.array, 0)
-    if isinstance(op, FactoredOperator):
-        return row_shards(op.L)
-    if isinstance(op, jax.Array):
-        return _array_shards(op, 0)
-    return 1
+    return _operator_shards(op, 0)
 
 
 def col_shards(op: Any) -> int:
     """Number of shards the columns of a concrete operator are split into (the rows of
     ``A^H``; 1: unsharded, traced, sparse or implicit). Dense: from the array's sharding;
     factored ``L diag(d) R^H``: from R's rows (A's columns are R's rows)."""
+    return _operator_shards(op, 1)
+
+
+def _operator_shards(op: Any, axis: int) -> int:
     from rdr_jax.operators import DenseOperator, FactoredOperator
     if isinstance(op, DenseOperator):
-        return _array_shards(op.array, 1)
-    if isinstance(op, FactoredOperator):
-        return row_shards(op.R)
+        return _array_shards(op.array, axis)
+    if isinstance(op, FactoredOperator):            # A's rows / columns are L's / R's rows
+        return row_shards(op.L if axis == 0 else op.R)
     if isinstance(op, jax.Array):
-        return _array_shards(op, 1)
+        return _array_shards(op, axis)
     return 1
 
 
