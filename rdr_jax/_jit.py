@@ -26,12 +26,37 @@ own OpenBLAS is not touched) to :data:`LAPACK_THREADS` thread. SciPy's ``scipy.l
 the same process then runs on one OpenBLAS thread too (``scipy.linalg.interpolative`` was
 not slower: 1849 vs 2452 ms at k = 50). ``RDR_JAX_LAPACK_THREADS=N`` sets another count and
 ``RDR_JAX_LAPACK_THREADS=default`` leaves the library alone.
+
+**Tiered compilation (first call).** XLA:CPU spends most of a pipeline's first call in LLVM's
+optimisation passes: on the default 4000 x 2000 column ID of ``experiments/bench_cur.py``
+(k = 50) tracing + lowering take ~0.25 s, the optimised compile ~0.6-0.75 s and the run
+~0.04 s. At backend optimisation level 0 the same program compiles in ~0.3 s and runs ~1.5x
+slower (the LLVM-emitted elementwise kernels, mostly the Gaussian generation; GEMMs and
+LAPACK are library code either way). So the decomposition pipelines (those jitted here with
+``quick_first=``, a static estimate of their elementwise work) compile a signature's
+*first* top-level call on the CPU backend at level 0 (:data:`QUICK_COMPILER_OPTIONS`) and
+its *second* call with the full options, from the same lowering (no second trace); every
+later call runs the optimised executable. A signature whose estimated elementwise work
+exceeds :data:`QUICK_MAX_WORK` (where the slower run would cost more than the compile saves,
+e.g. a Gaussian sketch of a 10^6-row matrix) is compiled optimised from the start.
+
+What this costs: a signature used more than once compiles twice (+~0.3 s, once), and the
+first call's floating-point results may differ from later calls' in the last bit (LLVM forms
+fused multiply-adds only when optimising: ~7% of the Gaussian sketch entries differ by one
+ulp, so ``eta``/``W``/singular values may differ at the 1e-16 level; skeletons, which are
+ties-only sensitive to such differences, agreed in every test). Later calls are bitwise
+reproducible. ``RDR_JAX_TIERED_COMPILE=0`` compiles every call optimised from the start (as
+does an ``XLA_FLAGS`` that already sets ``--xla_backend_optimization_level=0``, or
+``jax.disable_jit()``); inside the caller's own ``jax.jit`` nothing is tiered.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
+import inspect
 import os
+import threading
 from typing import Any, Callable, Optional
 
 import jax
@@ -43,8 +68,27 @@ except ImportError:                    # pragma: no cover - other jax versions
     def _top_level() -> bool:
         return False
 
+try:     # the configuration jax.jit keys its caches on (x64, matmul precision, device, ...)
+    from jax._src.config import trace_context as _trace_context
+except ImportError:                    # pragma: no cover - other jax versions
+    def _trace_context():
+        return (jax.config.jax_enable_x64, jax.config.jax_default_matmul_precision,
+                jax.config.jax_numpy_rank_promotion, jax.config.jax_numpy_dtype_promotion)
+
 #: per-function XLA options used on the CPU backend
 CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+
+#: extra XLA options of a signature's first call (tiered compilation, CPU backend)
+QUICK_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
+
+#: largest estimated elementwise work (array elements touched by LLVM-emitted kernels) for
+#: which a first call is compiled with :data:`QUICK_COMPILER_OPTIONS`: at level 0 those
+#: kernels cost up to ~50 ns more per element (the float64 Gaussian generation), so 2^22
+#: elements bound the slowdown by ~0.2 s, below the ~0.3-0.45 s of compile time saved
+QUICK_MAX_WORK = 1 << 22
+
+#: signatures remembered per function by the tiered path (least recently used dropped)
+_MAX_TIERS = 64
 
 #: OpenBLAS threads of the LAPACK behind jaxlib's CPU kernels (``RDR_JAX_LAPACK_THREADS``)
 LAPACK_THREADS = 1
@@ -112,6 +156,57 @@ def cpu_compiler_options() -> Optional[dict]:
     return dict(CPU_COMPILER_OPTIONS)
 
 
+def _flag_off(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("0", "false", "no", "off")
+
+
+@functools.lru_cache(maxsize=8)
+def _xla_flags_quick(flags: str) -> bool:
+    """Whether ``XLA_FLAGS`` already compiles everything at optimisation level 0."""
+    return any(f.replace(" ", "") == "--xla_backend_optimization_level=0" for f in flags.split())
+
+
+def tiered_compile_enabled() -> bool:
+    """Whether top-level calls of the decomposition pipelines use tiered compilation (see the
+    module docstring): CPU backend with :func:`cpu_compiler_options` in effect, not turned
+    off by ``RDR_JAX_TIERED_COMPILE=0``, ``XLA_FLAGS`` not already at level 0, jit enabled."""
+    return (not _flag_off("RDR_JAX_TIERED_COMPILE")
+            and not _xla_flags_quick(os.environ.get("XLA_FLAGS", ""))
+            and not jax.config.jax_disable_jit
+            and cpu_compiler_options() is not None)
+
+
+def _leaf_key(x) -> tuple:
+    """What a compiled executable is specialised on, for one argument leaf."""
+    if isinstance(x, (jax.Array, np.ndarray, np.generic)):
+        return (type(x), x.shape, x.dtype, getattr(x, "weak_type", False),
+                getattr(x, "sharding", None))
+    return (type(x),)                           # Python scalars: weakly typed
+
+
+class _Tier:
+    """One call signature of a tiered function: the lowering and the executable in use."""
+
+    __slots__ = ("lowered", "exe", "optimised")
+
+    def __init__(self, lowered, exe, optimised):
+        self.lowered, self.exe, self.optimised = lowered, exe, optimised
+
+
+def _static_params(fun: Callable, kwargs: dict):
+    """``(signature, static argument names, static positions)`` as ``jax.jit`` resolves them."""
+    sig = inspect.signature(fun)
+    names = kwargs.get("static_argnames", ()) or ()
+    nums = kwargs.get("static_argnums", ()) or ()
+    names = {names} if isinstance(names, str) else set(names)
+    nums = {nums} if isinstance(nums, int) else set(nums)
+    positional = [p.name for p in sig.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names |= {positional[i] for i in nums if 0 <= i < len(positional)}
+    nums |= {i for i, n in enumerate(positional) if n in names}
+    return sig, frozenset(names), frozenset(nums)
+
+
 class _Jitted:
     """A function jitted twice (plain and with :func:`cpu_compiler_options`); a top-level call
     uses the second when the options are in effect. Inside another transformation (the
@@ -119,29 +214,93 @@ class _Jitted:
     the outermost jit, whose options then apply. Attributes (``lower``, ``trace``,
     ``_cache_size``, ...) are those of the top-level variant."""
 
-    def __init__(self, fun: Callable, kwargs: dict):
+    def __init__(self, fun: Callable, kwargs: dict, quick_first=None):
         functools.update_wrapper(self, fun)
         self._plain = jax.jit(fun, **kwargs)
         try:
             self._fast = jax.jit(fun, compiler_options=CPU_COMPILER_OPTIONS, **kwargs)
         except TypeError:      # jax without jit(compiler_options=...)
             self._fast = self._plain
+        self._quick_first = quick_first
+        self._tiers: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.Lock()
+        if quick_first is not None:
+            self._sig, self._static_names, self._static_nums = _static_params(fun, kwargs)
 
     def _pick(self):
         return self._fast if cpu_compiler_options() is not None else self._plain
 
     def __call__(self, *args, **kwargs):
         limit_cpu_lapack_threads()
-        fn = self._pick() if _top_level() else self._plain
-        return fn(*args, **kwargs)
+        if not _top_level():
+            return self._plain(*args, **kwargs)
+        if self._quick_first is not None and tiered_compile_enabled():
+            dyn_args = tuple(a for i, a in enumerate(args) if i not in self._static_nums)
+            dyn_kwargs = {n: v for n, v in kwargs.items() if n not in self._static_names}
+            tier = self._tier(args, kwargs, dyn_args, dyn_kwargs)
+            if tier is not None:
+                return tier.exe(*dyn_args, **dyn_kwargs)
+        return self._pick()(*args, **kwargs)
+
+    def _tier(self, args, kwargs, dyn_args, dyn_kwargs) -> Optional[_Tier]:
+        """The :class:`_Tier` for this call (compiling what it needs), or None for the plain
+        jit path (arguments the signature cannot key, or too much work for a quick tier)."""
+        try:
+            bound = self._sig.bind(*args, **kwargs)
+        except TypeError:
+            return None                     # let jax.jit report the bad call
+        # static values by name; dynamic ones as passed (positional or keyword: the
+        # executable's input tree)
+        static = tuple((n, v) for n, v in bound.arguments.items() if n in self._static_names)
+        leaves, tree = jax.tree.flatten((dyn_args, dyn_kwargs))
+        try:
+            key = (static, tree, tuple(_leaf_key(x) for x in leaves), _trace_context())
+            hash(key)
+        except TypeError:
+            return None
+        with self._lock:
+            tier = self._tiers.get(key)
+            if tier is not None:
+                self._tiers.move_to_end(key)
+                if not tier.optimised:      # second call: the optimised executable
+                    tier.exe = tier.lowered.compile(compiler_options=cpu_compiler_options())
+                    tier.lowered, tier.optimised = None, True
+                return tier
+        if self._quick_first(bound.arguments) > QUICK_MAX_WORK:
+            return None                     # the jit path compiles it optimised
+        lowered = self._fast.trace(*args, **kwargs).lower()
+        exe = lowered.compile(compiler_options={**cpu_compiler_options(),
+                                                **QUICK_COMPILER_OPTIONS})
+        tier = _Tier(lowered, exe, False)
+        with self._lock:
+            self._tiers[key] = tier
+            while len(self._tiers) > _MAX_TIERS:
+                self._tiers.popitem(last=False)
+        return tier
+
+    def _cache_size(self) -> int:
+        """Executables held: jax.jit's cache of the top-level variant plus the tiered path's
+        signatures (a no-retrace check sees either grow)."""
+        return self._pick()._cache_size() + len(self._tiers)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._pick(), name)
 
 
-def jit(fun: Optional[Callable] = None, **kwargs):
+def jit(fun: Optional[Callable] = None, *, quick_first: Optional[Callable] = None, **kwargs):
     """``jax.jit(fun, **kwargs)`` compiled with :data:`CPU_COMPILER_OPTIONS` on CPU (usable as
-    ``@jit``, ``@jit(static_argnames=...)`` or ``functools.partial(jit, ...)``)."""
+    ``@jit``, ``@jit(static_argnames=...)`` or ``functools.partial(jit, ...)``).
+
+    ``quick_first(arguments) -> int`` (a dict of the bound arguments, static ones included)
+    opts the function into tiered compilation (module docstring): it estimates the elements
+    that LLVM-emitted elementwise kernels touch, compared with :data:`QUICK_MAX_WORK`."""
     if fun is None:
-        return functools.partial(jit, **kwargs)
-    return _Jitted(fun, kwargs)
+        return functools.partial(jit, quick_first=quick_first, **kwargs)
+    return _Jitted(fun, kwargs, quick_first)
+
+
+def sketch_work(arguments: dict) -> int:
+    """``quick_first`` estimate for the pipelines called as ``f(key, op, k, l, ...)``: the
+    sketch ``l x m`` plus the ``l x n`` row basis, ``l (m + n)`` elements."""
+    m, n = arguments["op"].shape
+    return int(arguments["l"]) * (int(m) + int(n))

@@ -421,7 +421,7 @@ def _with_certificate(res, key, op, delta):
     return res._replace(error_certificate=CE.certify_result(key, op, res.factors(), delta))
 
 
-@functools.partial(_jit.jit, static_argnames=("k", "l", "opts"))
+@functools.partial(_jit.jit, static_argnames=("k", "l", "opts"), quick_first=_jit.sketch_work)
 def _interpolative(key, op, k, l, opts: _Options):
     if opts.side == "row":
         res = _column_id(key, op.H, k, l, dataclasses.replace(opts, side="column"))
@@ -432,7 +432,7 @@ def _interpolative(key, op, k, l, opts: _Options):
     return _with_certificate(res, key, op, opts.delta)
 
 
-@functools.partial(_jit.jit, static_argnames=("k", "l", "opts"))
+@functools.partial(_jit.jit, static_argnames=("k", "l", "opts"), quick_first=_jit.sketch_work)
 def _cur(key, op, k, l, opts: _Options):
     method = opts.method
     certify = opts.certify and isinstance(op, (DenseOperator, SparseOperator))

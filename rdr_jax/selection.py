@@ -475,13 +475,15 @@ def pivot_rows(key, C, k: int, method: Method, Uk=None, need_W: bool = True):
     return I, Wr, eta_r, gram_C
 
 
-@functools.partial(_jit.jit, static_argnames=("k", "l", "method"))
+@functools.partial(_jit.jit, static_argnames=("k", "l", "method"),
+                   quick_first=_jit.sketch_work)
 def _select_columns(key, op, k, l, method):
     J, W, eta, _ = pivot_columns(key, op, k, l, method, True)
     return ColumnSelection(J, W, eta)
 
 
-@functools.partial(_jit.jit, static_argnames=("k", "l", "method"))
+@functools.partial(_jit.jit, static_argnames=("k", "l", "method"),
+                   quick_first=_jit.sketch_work)
 def _select_skeletons(key, op, k, l, method):
     k1, k2 = jax.random.split(key)
     J, W, eta, Uk = pivot_columns(k1, op, k, l, method, True)

@@ -1,0 +1,195 @@
+"""rdr_jax._jit tiered compilation: a signature's first top-level call runs an executable
+compiled at XLA optimisation level 0, its second and later calls the optimised one.
+
+The test suite itself runs with ``--xla_backend_optimization_level=0`` in ``XLA_FLAGS``
+(tests/conftest.py), where tiering is off; the in-process tests switch it on with
+``tiered_compile_enabled`` patched, the subprocess test runs the real default."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rdr_jax import _jit
+
+
+@pytest.fixture
+def tiered(monkeypatch):
+    """Tiering on in this process; records the compiler options of every tier compile."""
+    monkeypatch.setattr(_jit, "tiered_compile_enabled", lambda: True)
+    _jit.cpu_compiler_options()         # its one-time probe compile is not a tier's
+    seen = []
+    orig = jax.stages.Lowered.compile
+
+    def compile_spy(self, compiler_options=None, **kw):
+        seen.append(dict(compiler_options or {}))
+        return orig(self, compiler_options=compiler_options, **kw)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", compile_spy)
+    return seen
+
+
+def _toy(quick_first=lambda a: a["x"].size, **kw):
+    @_jit.jit(static_argnames=("k",), quick_first=quick_first, **kw)
+    def f(x, y, k, scale=1.0):
+        return jnp.sort(x * scale)[:k] + y
+
+    return f
+
+
+def test_first_call_quick_then_optimised(tiered):
+    f = _toy()
+    x, y = jnp.arange(10.0)[::-1], jnp.ones(3)
+    want = np.sort(np.arange(10.0))[:3] + 1
+    out1 = f(x, y, 3)
+    assert len(tiered) == 1 and tiered[0]["xla_backend_optimization_level"] == 0
+    (tier,) = f._tiers.values()
+    assert not tier.optimised
+    out2 = f(x, y, k=3)        # static argument by keyword: the same signature, 2nd call
+    assert len(f._tiers) == 1 and tier.optimised
+    assert len(tiered) == 2 and "xla_backend_optimization_level" not in tiered[-1]
+    assert tiered[-1] == _jit.cpu_compiler_options()
+    out3 = f(x, y, 3)          # third call: nothing compiled
+    assert len(tiered) == 2
+    out4 = f(x, y=y, k=3)      # a dynamic argument by keyword: another executable
+    assert len(f._tiers) == 2 and len(tiered) == 3
+    for out in (out1, out2, out3, out4):
+        np.testing.assert_array_equal(np.asarray(out), want)
+    assert f._cache_size() == 2
+
+
+def test_new_shape_dtype_or_static_is_a_new_signature(tiered):
+    f = _toy()
+    y = jnp.ones(2)
+    f(jnp.arange(6.0), y, 2)
+    f(jnp.arange(7.0), y, 2)
+    f(jnp.arange(6, dtype=jnp.int32), y, 2)
+    f(jnp.arange(6.0), jnp.ones(3), 3)
+    f(jnp.arange(6.0), y, 2, 2.0)       # a Python scalar: same signature whatever its value
+    f(jnp.arange(6.0), y, 2, 3.0)
+    assert len(f._tiers) == 5
+    np.testing.assert_array_equal(np.asarray(f(jnp.arange(6.0), y, 2, 3.0)), [1.0, 4.0])
+
+
+def test_large_work_skips_the_quick_tier(tiered, monkeypatch):
+    monkeypatch.setattr(_jit, "QUICK_MAX_WORK", 8)
+    f = _toy()
+    out = f(jnp.arange(20.0), jnp.zeros(2), 2)        # 20 elements > 8: plain jit path
+    np.testing.assert_array_equal(np.asarray(out), [0.0, 1.0])
+    assert not f._tiers and not tiered
+    f(jnp.arange(5.0), jnp.zeros(2), 2)               # small: tiered
+    assert len(f._tiers) == 1
+
+
+def test_lru_bound(tiered, monkeypatch):
+    monkeypatch.setattr(_jit, "_MAX_TIERS", 2)
+    f = _toy()
+    for n in (4, 5, 6):
+        f(jnp.arange(float(n)), jnp.zeros(1), 1)
+    assert len(f._tiers) == 2
+
+
+def test_not_tiered_inside_transformations(tiered):
+    f = _toy()
+    xs = jnp.stack([jnp.arange(4.0), jnp.arange(4.0)[::-1]])
+    jax.jit(lambda x: f(x, jnp.zeros(1), 2))(xs[0])
+    jax.vmap(lambda x: f(x, jnp.zeros(1), 2))(xs)
+    jax.grad(lambda x: f(x, jnp.zeros(1), 2).sum())(xs[0])
+    assert not f._tiers and not tiered
+
+
+def test_bad_calls_raise_as_jax_jit_does(tiered):
+    f = _toy()
+    with pytest.raises(TypeError):
+        f(jnp.arange(3.0))                  # missing arguments
+    with pytest.raises(ValueError, match="hashable|static"):
+        f(jnp.arange(3.0), jnp.zeros(1), [1])   # unhashable static argument
+    assert not f._tiers
+
+
+def test_switches(monkeypatch):
+    monkeypatch.delenv("RDR_JAX_TIERED_COMPILE", raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+    assert _jit.tiered_compile_enabled()
+    for off in ("0", "false", "off"):
+        monkeypatch.setenv("RDR_JAX_TIERED_COMPILE", off)
+        assert not _jit.tiered_compile_enabled()
+    monkeypatch.delenv("RDR_JAX_TIERED_COMPILE")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false "
+                                    "--xla_backend_optimization_level=0")
+    assert not _jit.tiered_compile_enabled()          # already compiling at level 0
+    monkeypatch.setenv("XLA_FLAGS", "")
+    with jax.disable_jit():
+        assert not _jit.tiered_compile_enabled()
+
+
+def test_sketch_work_estimate():
+    class Op:
+        shape = (4000, 2000)
+
+    assert _jit.sketch_work({"op": Op(), "l": 60}) == 60 * 6000
+    assert _jit.sketch_work({"op": Op(), "l": 60}) <= _jit.QUICK_MAX_WORK     # bench size
+    Op.shape = (10 ** 6, 10 ** 6)
+    assert _jit.sketch_work({"op": Op(), "l": 210}) > _jit.QUICK_MAX_WORK     # SNN1e6
+
+
+_CHILD = r"""
+import jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+import rdr_jax as R
+from rdr_jax import _jit, decompositions as D, randomized_svd as RS
+assert _jit.tiered_compile_enabled()
+rng = np.random.default_rng(0)
+for dt in (np.float64, np.float32):
+    A = jnp.asarray((rng.standard_normal((400, 40)) @ rng.standard_normal((40, 300))
+                     + 1e-3 * rng.standard_normal((400, 300))).astype(dt))
+    key = jax.random.key(3)
+    calls = [R.interpolative(key, A, 30) for _ in range(3)]
+    tiers = [t for t in D._interpolative._tiers.values()]
+    assert len(tiers) == 1 and tiers[0].optimised, tiers
+    import os
+    os.environ["RDR_JAX_TIERED_COMPILE"] = "0"
+    ref = R.interpolative(key, A, 30)
+    os.environ.pop("RDR_JAX_TIERED_COMPILE")
+    tol = 1e-12 if dt == np.float64 else 1e-5
+    for i, c in enumerate(calls):
+        np.testing.assert_array_equal(np.asarray(c.cols), np.asarray(ref.cols))
+        np.testing.assert_allclose(np.asarray(c.W), np.asarray(ref.W), rtol=tol, atol=tol)
+        np.testing.assert_allclose(float(c.eta), float(ref.eta), rtol=tol)
+        if i > 0:      # the optimised executable: bitwise the untiered result
+            for a, b in zip(jax.tree.leaves(c), jax.tree.leaves(ref)):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    D._interpolative._tiers.clear()
+    cur = [R.cur(key, A, 25) for _ in range(2)]
+    np.testing.assert_array_equal(np.asarray(cur[0].rows), np.asarray(cur[1].rows))
+    s = [R.rsvd(key, A, 10).s for _ in range(2)]
+    np.testing.assert_allclose(np.asarray(s[0]), np.asarray(s[1]), rtol=tol)
+    assert all(t.optimised for t in RS._rsvd_jit._tiers.values())
+print("OK")
+"""
+
+
+def test_default_process_tiers_real_pipelines():
+    """A process with default settings: interpolative/cur/rsvd first calls run the quick
+    tier (same skeletons, factors to rounding), later calls are bitwise the untiered
+    result, in float64 and float32."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("XLA_FLAGS", "RDR_JAX_TIERED_COMPILE")}
+    r = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_configuration_is_part_of_the_signature(tiered):
+    """A call under another jax configuration (here the default matmul precision) is
+    another executable, as for jax.jit."""
+    f = _toy()
+    x = jnp.arange(4.0)
+    f(x, jnp.zeros(1), 1)
+    with jax.default_matmul_precision("float32"):
+        f(x, jnp.zeros(1), 1)
+    assert len(f._tiers) == 2
