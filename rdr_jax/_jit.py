@@ -40,13 +40,24 @@ later call runs the optimised executable. A signature whose estimated elementwis
 exceeds :data:`QUICK_MAX_WORK` (where the slower run would cost more than the compile saves,
 e.g. a Gaussian sketch of a 10^6-row matrix) is compiled optimised from the start.
 
+**Speculative first calls.** A pipeline may also opt into ``speculative=``: its quick tier
+then traces only the fast route of a run-time route choice (the column ID's exact
+coefficients: the normal equations, not the QR + pseudo-inverse fallback for ill-conditioned
+skeletons, ~0.05 s less to trace, lower and compile) and returns the route's precondition
+with the result. The first call reads that flag on the host (the eager entry point reads its
+result's flags anyway); when it is False the full optimised program is compiled and run at
+once, so the caller always gets the full program's answer for such inputs.
+
 What this costs: a signature used more than once compiles twice (+~0.3 s, once), and the
-first call's floating-point results may differ from later calls' in the last bit (LLVM forms
-fused multiply-adds only when optimising: ~7% of the Gaussian sketch entries differ by one
-ulp, so ``eta``/``W``/singular values may differ at the 1e-16 level; skeletons, which are
-ties-only sensitive to such differences, agreed in every test). Later calls are bitwise
-reproducible. ``RDR_JAX_TIERED_COMPILE=0`` compiles every call optimised from the start (as
-does an ``XLA_FLAGS`` that already sets ``--xla_backend_optimization_level=0``, or
+first call's floating-point results may differ from later calls' in the last bits (LLVM
+forms fused multiply-adds only when optimising: ~7% of the float64 Gaussian sketch entries
+differ by one ulp), amplified by the conditioning of the pivot block: ``eta``/``W``/singular
+values agree to ~1e-16 cond; skeletons, sensitive to such differences only at ties, agreed
+in every test. So only 64-bit data are tiered (in float32 an ill-conditioned case showed a
+2.5% different eta), and a speculative first call whose skeleton is numerically rank
+deficient is rerun in full. Later calls are bitwise reproducible, and bitwise equal to an
+untiered process. ``RDR_JAX_TIERED_COMPILE=0`` compiles every call optimised from the start
+(as does an ``XLA_FLAGS`` that already sets ``--xla_backend_optimization_level=0``, or
 ``jax.disable_jit()``); inside the caller's own ``jax.jit`` nothing is tiered.
 """
 
@@ -184,6 +195,9 @@ def _leaf_key(x) -> tuple:
     return (type(x),)                           # Python scalars: weakly typed
 
 
+_UNTIERED = object()      # "take the plain jit path"
+
+
 class _Tier:
     """One call signature of a tiered function: the lowering and the executable in use."""
 
@@ -214,7 +228,7 @@ class _Jitted:
     the outermost jit, whose options then apply. Attributes (``lower``, ``trace``,
     ``_cache_size``, ...) are those of the top-level variant."""
 
-    def __init__(self, fun: Callable, kwargs: dict, quick_first=None):
+    def __init__(self, fun: Callable, kwargs: dict, quick_first=None, speculative=None):
         functools.update_wrapper(self, fun)
         self._plain = jax.jit(fun, **kwargs)
         try:
@@ -222,6 +236,7 @@ class _Jitted:
         except TypeError:      # jax without jit(compiler_options=...)
             self._fast = self._plain
         self._quick_first = quick_first
+        self._speculative = dict(speculative or {})
         self._tiers: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.Lock()
         if quick_first is not None:
@@ -235,12 +250,51 @@ class _Jitted:
         if not _top_level():
             return self._plain(*args, **kwargs)
         if self._quick_first is not None and tiered_compile_enabled():
-            dyn_args = tuple(a for i, a in enumerate(args) if i not in self._static_nums)
-            dyn_kwargs = {n: v for n, v in kwargs.items() if n not in self._static_names}
-            tier = self._tier(args, kwargs, dyn_args, dyn_kwargs)
-            if tier is not None:
-                return tier.exe(*dyn_args, **dyn_kwargs)
+            out = self._tiered_call(args, kwargs)
+            if out is not _UNTIERED:
+                return out
         return self._pick()(*args, **kwargs)
+
+    def _speculative_args(self, args, kwargs):
+        """``(args, kwargs)`` with the static arguments named in ``speculative`` rewritten."""
+        args, kwargs = list(args), dict(kwargs)
+        positions = {n: i for i, n in enumerate(self._sig.parameters)}
+        for name, rewrite in self._speculative.items():
+            i = positions[name]
+            if name in kwargs:
+                kwargs[name] = rewrite(kwargs[name])
+            elif i < len(args):
+                args[i] = rewrite(args[i])
+            else:                           # not passed: its default, rewritten
+                kwargs[name] = rewrite(self._sig.parameters[name].default)
+        return tuple(args), kwargs
+
+    def _tiered_call(self, args, kwargs):
+        """Run this call through its :class:`_Tier` (compiling what it needs), or return
+        ``_UNTIERED`` for the plain jit path. With ``speculative``, the first call runs the
+        rewritten (fast-routes-only) program, which returns ``(out, ok)``; when ``ok`` is
+        False the full program is compiled and run at once."""
+        dyn_args = tuple(a for i, a in enumerate(args) if i not in self._static_nums)
+        dyn_kwargs = {n: v for n, v in kwargs.items() if n not in self._static_names}
+        tier = self._tier(args, kwargs, dyn_args, dyn_kwargs)
+        if tier is None:
+            return _UNTIERED
+        if tier.optimised or not self._speculative:
+            return tier.exe(*dyn_args, **dyn_kwargs)
+        out, ok = tier.exe(*dyn_args, **dyn_kwargs)       # the first call, speculative
+        if bool(ok):
+            return out
+        with self._lock:        # a route the speculative program left out is needed
+            self._promote(tier, args, kwargs)
+        return tier.exe(*dyn_args, **dyn_kwargs)
+
+    def _promote(self, tier: _Tier, args, kwargs) -> None:
+        """Compile the optimised full program of a tier (under ``self._lock``)."""
+        if tier.optimised:
+            return
+        lowered = tier.lowered or self._fast.trace(*args, **kwargs).lower()
+        tier.exe = lowered.compile(compiler_options=cpu_compiler_options())
+        tier.lowered, tier.optimised = None, True
 
     def _tier(self, args, kwargs, dyn_args, dyn_kwargs) -> Optional[_Tier]:
         """The :class:`_Tier` for this call (compiling what it needs), or None for the plain
@@ -262,15 +316,18 @@ class _Jitted:
             tier = self._tiers.get(key)
             if tier is not None:
                 self._tiers.move_to_end(key)
-                if not tier.optimised:      # second call: the optimised executable
-                    tier.exe = tier.lowered.compile(compiler_options=cpu_compiler_options())
-                    tier.lowered, tier.optimised = None, True
+                self._promote(tier, args, kwargs)     # second call: the optimised program
                 return tier
-        if self._quick_first(bound.arguments) > QUICK_MAX_WORK:
+        work = self._quick_first(bound.arguments)
+        if work is None or work > QUICK_MAX_WORK:
             return None                     # the jit path compiles it optimised
-        lowered = self._fast.trace(*args, **kwargs).lower()
-        exe = lowered.compile(compiler_options={**cpu_compiler_options(),
-                                                **QUICK_COMPILER_OPTIONS})
+        if self._speculative:
+            lowered = None                  # the full program is lowered when promoted
+            s_args, s_kwargs = self._speculative_args(args, kwargs)
+            quick = self._fast.trace(*s_args, **s_kwargs).lower()
+        else:
+            lowered = quick = self._fast.trace(*args, **kwargs).lower()
+        exe = quick.compile(compiler_options={**cpu_compiler_options(), **QUICK_COMPILER_OPTIONS})
         tier = _Tier(lowered, exe, False)
         with self._lock:
             self._tiers[key] = tier
@@ -287,20 +344,32 @@ class _Jitted:
         return getattr(self._pick(), name)
 
 
-def jit(fun: Optional[Callable] = None, *, quick_first: Optional[Callable] = None, **kwargs):
+def jit(fun: Optional[Callable] = None, *, quick_first: Optional[Callable] = None,
+        speculative: Optional[dict] = None, **kwargs):
     """``jax.jit(fun, **kwargs)`` compiled with :data:`CPU_COMPILER_OPTIONS` on CPU (usable as
     ``@jit``, ``@jit(static_argnames=...)`` or ``functools.partial(jit, ...)``).
 
-    ``quick_first(arguments) -> int`` (a dict of the bound arguments, static ones included)
-    opts the function into tiered compilation (module docstring): it estimates the elements
-    that LLVM-emitted elementwise kernels touch, compared with :data:`QUICK_MAX_WORK`."""
+    ``quick_first(arguments) -> int | None`` (a dict of the bound arguments, static ones
+    included) opts the function into tiered compilation (module docstring): it estimates the
+    elements that LLVM-emitted elementwise kernels touch, compared with
+    :data:`QUICK_MAX_WORK` (None: this call is never tiered).
+    ``speculative={name: rewrite}`` (static arguments only): the quick tier runs the function
+    with those arguments rewritten, a program that must return ``(out, ok)`` where ``ok``
+    says that its result is the full program's (module docstring)."""
     if fun is None:
-        return functools.partial(jit, quick_first=quick_first, **kwargs)
-    return _Jitted(fun, kwargs, quick_first)
+        return functools.partial(jit, quick_first=quick_first, speculative=speculative,
+                                 **kwargs)
+    return _Jitted(fun, kwargs, quick_first, speculative)
 
 
-def sketch_work(arguments: dict) -> int:
+def sketch_work(arguments: dict) -> Optional[int]:
     """``quick_first`` estimate for the pipelines called as ``f(key, op, k, l, ...)``: the
-    sketch ``l x m`` plus the ``l x n`` row basis, ``l (m + n)`` elements."""
-    m, n = arguments["op"].shape
+    sketch ``l x m`` plus the ``l x n`` row basis, ``l (m + n)`` elements; None (never a
+    quick tier) for 32-bit data, where the quick executable's last-bit differences, times
+    the condition number of a pivot block, can show in eta (2.5% measured on an
+    ill-conditioned float32 case) -- in 64-bit they stay ~1e-16 cond."""
+    op = arguments["op"]
+    if np.finfo(np.dtype(op.dtype)).bits < 64:
+        return None
+    m, n = op.shape
     return int(arguments["l"]) * (int(m) + int(n))

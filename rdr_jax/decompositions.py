@@ -253,9 +253,9 @@ def _gram_cond2(G, L, iters: int = 4):
     return jnp.real(jnp.trace(G)) * lam
 
 
-def _exact_col_interp(op: LinearOperator, C, J, ortho=None):
+def _exact_col_interp(op: LinearOperator, C, J, ortho=None, speculate: bool = False):
     """``W = C^+ A`` (Eq. ``eq:def_column_id``, exact coefficients; one pass over A).
-    Returns ``(W, numerical rank of C)``.
+    Returns ``(W, numerical rank of C, ok)``.
 
     * Well-conditioned 64-bit C (estimated ``u k cond(C)^2 <= 1e-9``, see
       :func:`_gram_cond2`): the normal equations ``W = L^{-H} L^{-1} (C^H A)`` with
@@ -268,7 +268,10 @@ def _exact_col_interp(op: LinearOperator, C, J, ortho=None):
       row-sharded A); the pseudo-inverse of the small factor stays finite when R_C is
       singular. For very tall 64-bit C, ``W = (C^H C)^+ (C^H A)``.
 
-    A ``lax.cond`` picks the route at run time (under ``vmap`` both run)."""
+    A ``lax.cond`` picks the route at run time (under ``vmap`` both run). ``speculate=True``
+    (the first call's quick tier, :mod:`rdr_jax._jit`) traces the normal-equations route only
+    and returns its precondition as ``ok`` (False: the caller reruns the full program);
+    otherwise ``ok`` is True."""
     k = C.shape[1]
 
     def qr_route(G=None):
@@ -277,6 +280,7 @@ def _exact_col_interp(op: LinearOperator, C, J, ortho=None):
             return _mm(jnp.linalg.pinv(Rc, hermitian=True), op.rmatmat(C).conj().T), nr
         return _mm(jnp.linalg.pinv(Rc), op.rmatmat(Q).conj().T), nr     # R_C^+ Q^H A
 
+    ok = True
     if np.finfo(V.real_dtype(C.dtype)).bits < 64:
         W, nr = qr_route()
     else:
@@ -292,8 +296,12 @@ def _exact_col_interp(op: LinearOperator, C, J, ortho=None):
                                                 transpose_a=True, conjugate_a=True)
             return W, jnp.asarray(k, jnp.int32)
 
-        W, nr = jax.lax.cond(ok, normal_route, lambda: qr_route(G))
-    return W.at[:, J].set(jnp.eye(J.shape[0], dtype=W.dtype)), nr
+        if speculate:
+            W, nr = normal_route()
+        else:
+            W, nr = jax.lax.cond(ok, normal_route, lambda: qr_route(G))
+            ok = True
+    return W.at[:, J].set(jnp.eye(J.shape[0], dtype=W.dtype)), nr, ok
 
 
 def _stable_cur_U(op: LinearOperator, C, R, ortho=None):
@@ -387,6 +395,9 @@ class _Options:
     side: str = "column"
     certify: bool = False
     delta: Optional[float] = None     # error certificate at failure probability delta
+    #: the first call's quick tier (rdr_jax._jit): trace only the fast route of the exact
+    #: coefficients and return ``(result, ok)``; ``ok`` False means "rerun in full"
+    speculate: bool = False
 
 
 # --------------------------------------------------------------------------------------
@@ -401,17 +412,18 @@ def _column_id(key, op, k, l, opts: _Options):
                                     method.interp == "sketch" or opts.certify)
     C = op.cols(J)
     # the interpolation matrix
+    ok = True
     if method.interp == "exact":
-        W, nr = _exact_col_interp(op, C, J, method.orthonormalize)
+        W, nr, ok = _exact_col_interp(op, C, J, method.orthonormalize, opts.speculate)
     else:
         W, nr = Wsk, _skeleton_qr(C)[2]
     bound = eta * _row_space_residual_fro(op, Wsk) if opts.certify and certifiable else None
     rank = jnp.asarray(k, jnp.int32)
     if opts.side == "column":
-        return ColumnID(J, C, W, eta, rank, nr, bound)
+        return ColumnID(J, C, W, eta, rank, nr, bound), ok
     # Line 4 (two-sided): rows of C
     I, Wr, eta_r, _ = pivot_rows(k2, C, k, method, Uk, True)
-    return TwoSidedID(I, J, Wr, C[I], W, eta, eta_r, rank, nr, bound)
+    return TwoSidedID(I, J, Wr, C[I], W, eta, eta_r, rank, nr, bound), ok
 
 
 def _with_certificate(res, key, op, delta):
@@ -421,15 +433,26 @@ def _with_certificate(res, key, op, delta):
     return res._replace(error_certificate=CE.certify_result(key, op, res.factors(), delta))
 
 
-@functools.partial(_jit.jit, static_argnames=("k", "l", "opts"), quick_first=_jit.sketch_work)
+def _speculative_options(opts: _Options) -> _Options:
+    return dataclasses.replace(opts, speculate=True)
+
+
+@functools.partial(_jit.jit, static_argnames=("k", "l", "opts"), quick_first=_jit.sketch_work,
+                   speculative={"opts": _speculative_options})
 def _interpolative(key, op, k, l, opts: _Options):
     if opts.side == "row":
-        res = _column_id(key, op.H, k, l, dataclasses.replace(opts, side="column"))
+        res, ok = _column_id(key, op.H, k, l, dataclasses.replace(opts, side="column"))
         res = RowID(res.cols, res.W.conj().T, res.C.conj().T, res.eta, res.rank,
                     res.numerical_rank, res.bound)
     else:
-        res = _column_id(key, op, k, l, opts)
-    return _with_certificate(res, key, op, opts.delta)
+        res, ok = _column_id(key, op, k, l, opts)
+    res = _with_certificate(res, key, op, opts.delta)
+    if not opts.speculate:
+        return res
+    # the quick tier's answer stands only for a well-posed problem: a numerically rank-
+    # deficient skeleton (k above the rank of A) or a NaN eta is rerun in full, where the
+    # last-bit differences of the quick executable could be amplified
+    return res, ok & (res.numerical_rank == res.rank) & jnp.isfinite(res.eta)
 
 
 @functools.partial(_jit.jit, static_argnames=("k", "l", "opts"), quick_first=_jit.sketch_work)

@@ -32,7 +32,7 @@ def test_w_equals_lstsq_on_both_routes(x64, rng, cond_c):
         assert true / 5 <= est <= true * k * 5      # trace(G) overestimates by <= k
     normal = bool(est <= D._NORMAL_EQ_TOL)
     assert normal == (cond_c == 10.0)               # well-conditioned: normal equations
-    W, nr = jax.jit(lambda A, C, J: D._exact_col_interp(as_operator(A), C, J))(
+    W, nr, _ = jax.jit(lambda A, C, J: D._exact_col_interp(as_operator(A), C, J))(
         jnp.asarray(A), C, J)
     W = np.asarray(W)
     want = np.linalg.lstsq(A[:, :k], A, rcond=None)[0]
@@ -49,6 +49,6 @@ def test_w_equals_lstsq_on_both_routes(x64, rng, cond_c):
 def test_rank_deficient_skeleton_takes_the_qr_route(x64, rng):
     A = rng.standard_normal((200, 5)) @ rng.standard_normal((5, 60))
     J = jnp.arange(10)                               # 10 columns of a rank-5 matrix
-    W, nr = D._exact_col_interp(as_operator(jnp.asarray(A)), jnp.asarray(A[:, :10]), J)
+    W, nr, _ = D._exact_col_interp(as_operator(jnp.asarray(A)), jnp.asarray(A[:, :10]), J)
     assert np.all(np.isfinite(np.asarray(W))) and int(nr) == 5
     np.testing.assert_allclose(A[:, :10] @ np.asarray(W), A, atol=1e-9 * np.abs(A).max())

@@ -130,11 +130,16 @@ def test_switches(monkeypatch):
 def test_sketch_work_estimate():
     class Op:
         shape = (4000, 2000)
+        dtype = np.dtype(np.float64)
 
     assert _jit.sketch_work({"op": Op(), "l": 60}) == 60 * 6000
     assert _jit.sketch_work({"op": Op(), "l": 60}) <= _jit.QUICK_MAX_WORK     # bench size
     Op.shape = (10 ** 6, 10 ** 6)
     assert _jit.sketch_work({"op": Op(), "l": 210}) > _jit.QUICK_MAX_WORK     # SNN1e6
+    Op.shape, Op.dtype = (400, 300), np.dtype(np.float32)
+    assert _jit.sketch_work({"op": Op(), "l": 30}) is None        # 32-bit: never tiered
+    Op.dtype = np.dtype(np.complex64)
+    assert _jit.sketch_work({"op": Op(), "l": 30}) is None
 
 
 _CHILD = r"""
@@ -144,18 +149,21 @@ import rdr_jax as R
 from rdr_jax import _jit, decompositions as D, randomized_svd as RS
 assert _jit.tiered_compile_enabled()
 rng = np.random.default_rng(0)
-for dt in (np.float64, np.float32):
+A32 = jnp.asarray(rng.standard_normal((400, 300)), jnp.float32)
+R.interpolative(jax.random.key(0), A32, 20)
+assert not D._interpolative._tiers            # 32-bit data: never tiered
+for dt in (np.float64, np.complex128):
     A = jnp.asarray((rng.standard_normal((400, 40)) @ rng.standard_normal((40, 300))
                      + 1e-3 * rng.standard_normal((400, 300))).astype(dt))
     key = jax.random.key(3)
-    calls = [R.interpolative(key, A, 30) for _ in range(3)]
+    calls = [R.interpolative(key, A, 30) for _ in range(3)]   # 1st: speculative quick tier
     tiers = [t for t in D._interpolative._tiers.values()]
     assert len(tiers) == 1 and tiers[0].optimised, tiers
     import os
     os.environ["RDR_JAX_TIERED_COMPILE"] = "0"
     ref = R.interpolative(key, A, 30)
     os.environ.pop("RDR_JAX_TIERED_COMPILE")
-    tol = 1e-12 if dt == np.float64 else 1e-5
+    tol = 1e-12
     for i, c in enumerate(calls):
         np.testing.assert_array_equal(np.asarray(c.cols), np.asarray(ref.cols))
         np.testing.assert_allclose(np.asarray(c.W), np.asarray(ref.W), rtol=tol, atol=tol)
@@ -163,6 +171,24 @@ for dt in (np.float64, np.float32):
         if i > 0:      # the optimised executable: bitwise the untiered result
             for a, b in zip(jax.tree.leaves(c), jax.tree.leaves(ref)):
                 np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    D._interpolative._tiers.clear()
+    # exactly rank 40 and k = 60: C is numerically singular, so the speculative first call
+    # is rerun in full (the QR + pinv route; the full program) at once
+    B = jnp.asarray((rng.standard_normal((400, 40)) @ rng.standard_normal((40, 300))).astype(dt))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = R.interpolative(jax.random.key(5), B, 60)
+    (tier,) = D._interpolative._tiers.values()
+    assert tier.optimised, "speculation should have failed on a singular skeleton"
+    assert int(first.numerical_rank) == 40
+    os.environ["RDR_JAX_TIERED_COMPILE"] = "0"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = R.interpolative(jax.random.key(5), B, 60)
+    os.environ.pop("RDR_JAX_TIERED_COMPILE")
+    for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(full)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     D._interpolative._tiers.clear()
     cur = [R.cur(key, A, 25) for _ in range(2)]
     np.testing.assert_array_equal(np.asarray(cur[0].rows), np.asarray(cur[1].rows))
@@ -176,7 +202,8 @@ print("OK")
 def test_default_process_tiers_real_pipelines():
     """A process with default settings: interpolative/cur/rsvd first calls run the quick
     tier (same skeletons, factors to rounding), later calls are bitwise the untiered
-    result, in float64 and float32."""
+    result (float64, complex128); a speculation that fails is rerun in full at once;
+    float32 data are not tiered."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("XLA_FLAGS", "RDR_JAX_TIERED_COMPILE")}
     r = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
@@ -193,3 +220,37 @@ def test_configuration_is_part_of_the_signature(tiered):
     with jax.default_matmul_precision("float32"):
         f(x, jnp.zeros(1), 1)
     assert len(f._tiers) == 2
+
+
+def _spec_toy():
+    """sqrt with a fast route valid for x > 0 and a fallback (-sqrt|x|) otherwise."""
+    @_jit.jit(static_argnames=("spec",), quick_first=lambda a: 0,
+              speculative={"spec": lambda s: True})
+    def g(x, spec=False):
+        ok = jnp.all(x > 0)
+        if spec:
+            return jnp.sqrt(x), ok
+        return jax.lax.cond(ok, lambda: jnp.sqrt(x), lambda: -jnp.sqrt(jnp.abs(x)))
+
+    return g
+
+
+def test_speculative_first_call(tiered):
+    g = _spec_toy()
+    np.testing.assert_allclose(np.asarray(g(jnp.array([4.0, 9.0]))), [2.0, 3.0])
+    (tier,) = g._tiers.values()
+    assert not tier.optimised and len(tiered) == 1      # the speculative program only
+    np.testing.assert_allclose(np.asarray(g(jnp.array([1.0, 16.0]))), [1.0, 4.0])
+    assert tier.optimised and len(tiered) == 2           # second call: full, optimised
+    np.testing.assert_allclose(np.asarray(g(jnp.array([-4.0, 9.0]))), [-2.0, -3.0])
+
+
+def test_speculation_that_fails_runs_the_full_program_at_once(tiered):
+    g = _spec_toy()
+    np.testing.assert_allclose(np.asarray(g(jnp.array([-4.0, 9.0]))), [-2.0, -3.0])
+    (tier,) = g._tiers.values()
+    assert tier.optimised and len(tiered) == 2
+    assert tiered[0]["xla_backend_optimization_level"] == 0
+    assert tiered[1] == _jit.cpu_compiler_options()
+    np.testing.assert_allclose(np.asarray(g(jnp.array([4.0, 9.0]))), [2.0, 3.0])
+    assert len(tiered) == 2
