@@ -409,7 +409,7 @@ def _column_id(key, op, k, l, opts: _Options):
     k1, k2 = jax.random.split(key)
     # Lines 1-3: sketch, row-basis approximator, column pivots (+ sketch interpolation)
     J, Wsk, eta, Uk = pivot_columns(k1, op, k, l, method,
-                                    method.interp == "sketch" or opts.certify)
+                                    method.interp == "sketch" or opts.certify, opts.speculate)
     C = op.cols(J)
     # the interpolation matrix
     ok = True

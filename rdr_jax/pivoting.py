@@ -54,7 +54,8 @@ from rdr_jax import _fp
 from rdr_jax.operators import HIGHEST
 
 __all__ = ["BackendError", "lupp", "cpqr", "leverage_scores", "leverage", "maxvol_refine",
-           "interpolation", "eta_from_interpolation", "eta_from_gram", "eta_rows_from_gram",
+           "interpolation", "eta_from_interpolation", "eta_from_gram", "eta_from_gram_fast",
+           "eta_rows_from_gram",
            "cpqr_available"]
 
 # A supplied Gram matrix is used only when its trace matches ||X||_F^2 to this relative
@@ -198,6 +199,19 @@ def leverage(key, V: jax.Array, k: int, *, mode: str = "sample") -> jax.Array:
     return jax.lax.top_k(jnp.log(jnp.maximum(p, tiny)) + g, k)[1].astype(jnp.int32)
 
 
+def _pivot_map_qr(X1):
+    """The QR route of :func:`_pivot_map`: ``(R_1^{-1} Q_1^H, whether X_1 has full numerical
+    column rank and the result is finite)``."""
+    l, k = X1.shape
+    rdt = jnp.finfo(X1.dtype).dtype
+    tol = max(l, k) * jnp.finfo(rdt).eps
+    Q1, R1 = jnp.linalg.qr(X1, mode="reduced")
+    M = jax.scipy.linalg.solve_triangular(R1, Q1.conj().T, lower=False)
+    fro = jnp.sqrt(jnp.sum(jnp.abs(X1) ** 2))
+    full = (jnp.min(jnp.abs(jnp.diagonal(R1))) > tol * fro) & jnp.all(jnp.isfinite(M))
+    return M, full
+
+
 def _pivot_map(X1):
     """``M = X_1^+`` (k x l) for the l x k pivot block ``X_1`` (``l >= k``).
 
@@ -209,10 +223,7 @@ def _pivot_map(X1):
     l, k = X1.shape
     rdt = jnp.finfo(X1.dtype).dtype
     tol = max(l, k) * jnp.finfo(rdt).eps
-    Q1, R1 = jnp.linalg.qr(X1, mode="reduced")
-    M = jax.scipy.linalg.solve_triangular(R1, Q1.conj().T, lower=False)
-    fro = jnp.sqrt(jnp.sum(jnp.abs(X1) ** 2))
-    full = (jnp.min(jnp.abs(jnp.diagonal(R1))) > tol * fro) & jnp.all(jnp.isfinite(M))
+    M, full = _pivot_map_qr(X1)
 
     def pinv():
         U, S, Vh = jnp.linalg.svd(X1, full_matrices=False)
@@ -323,6 +334,24 @@ def eta_from_gram(X: jax.Array, J: jax.Array, gram: jax.Array | None = None) -> 
         gn = jax.lax.cond(ok, lambda: gn, own)
     G = jnp.matmul(M, jnp.matmul(gn, M.conj().T, precision=HIGHEST), precision=HIGHEST)
     return _sqrt_lmax(G, X.dtype)
+
+
+def eta_from_gram_fast(X: jax.Array, J: jax.Array) -> jax.Array:
+    """:func:`eta_from_gram` (``gram=None``) for the common case only, or NaN: for X whose
+    largest entry is already in [1, 2) (rescaled by a power of two, e.g. by
+    :func:`rdr_jax._fp.normalize`) and a pivot block ``X(:, J)`` of full numerical column
+    rank, the same value as :func:`eta_from_gram` (bitwise: the rescaling there is the
+    identity, and the QR route of the pseudo-inverse is taken); otherwise NaN -- the caller
+    then calls :func:`eta_from_gram`. Traces about half the operations (no exponent
+    decoding, no SVD fallback): used by the first call's quick tier of the column ID
+    (:mod:`rdr_jax._jit`), whose NaN eta makes it rerun the full program. Not jitted (it is
+    traced into its caller)."""
+    mx = jnp.max(jnp.abs(X))
+    M, full = _pivot_map_qr(X[:, J])
+    G = jnp.matmul(M, jnp.matmul(jnp.matmul(X, X.conj().T, precision=HIGHEST), M.conj().T,
+                                 precision=HIGHEST), precision=HIGHEST)
+    ok = full & (mx >= 1) & (mx < 2)
+    return jnp.where(ok, _sqrt_lmax(G, X.dtype), jnp.nan)
 
 
 @jax.jit

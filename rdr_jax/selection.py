@@ -439,11 +439,14 @@ def row_basis(key, op: LinearOperator, k: int, l: int, method: Method):
 
 
 def pivot_columns(key, op: LinearOperator, k: int, l: int, method: Method,
-                  need_W: bool = True):
+                  need_W: bool = True, speculate: bool = False):
     """Lines 1-3: ``(cols, W or None, eta, U_k or None)``.
 
     ``need_W=False`` skips the k x n interpolation matrix (eta then comes from the l x l
     Gram of X, :func:`rdr_jax.pivoting.eta_from_gram`), which is all CUR needs.
+    ``speculate=True`` (the first call's quick tier, :mod:`rdr_jax._jit`) computes that eta
+    by :func:`rdr_jax.pivoting.eta_from_gram_fast`: the same value, or NaN where the fast
+    route does not apply (the caller then reruns the full program).
     """
     kx, kp = jax.random.split(key)
     X, Uk = row_basis(kx, op, k, l, method)
@@ -452,6 +455,8 @@ def pivot_columns(key, op: LinearOperator, k: int, l: int, method: Method,
     if need_W or isinstance(method.pivot, SRCUR):
         W, J = method.pivot.refine(P.interpolation(X, J), J)
         return J, W, P.eta_from_interpolation(W), Uk
+    if speculate and Uk is None:
+        return J, None, P.eta_from_gram_fast(X, J), Uk
     # V_k^H from the rSVD has orthonormal rows: X X^H = I
     gram = jnp.eye(X.shape[0], dtype=X.dtype) if Uk is not None else None
     return J, None, P.eta_from_gram(X, J, gram), Uk

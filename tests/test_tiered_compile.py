@@ -254,3 +254,23 @@ def test_speculation_that_fails_runs_the_full_program_at_once(tiered):
     assert tiered[1] == _jit.cpu_compiler_options()
     np.testing.assert_allclose(np.asarray(g(jnp.array([4.0, 9.0]))), [2.0, 3.0])
     assert len(tiered) == 2
+
+
+def test_eta_from_gram_fast_is_eta_from_gram_or_nan(dtype):
+    """The speculative eta: bitwise eta_from_gram where its fast route applies (X scaled to
+    max in [1, 2), full-rank pivot block), NaN otherwise, under jit."""
+    from rdr_jax import _fp, pivoting as P
+    rng = np.random.default_rng(3)
+    fast = jax.jit(P.eta_from_gram_fast)
+    for trial in range(5):
+        X = _fp.normalize(jnp.asarray(rng.standard_normal((12, 40)) * 10.0 ** trial,
+                                      dtype))[0]
+        J = P.lupp(X, 8)
+        np.testing.assert_array_equal(np.asarray(fast(X, J)),
+                                      np.asarray(P.eta_from_gram(X, J)))
+        assert np.isnan(float(fast(3.0 * X, J)))                # not scaled to [1, 2)
+    X = jnp.asarray(np.outer(rng.standard_normal(12), rng.standard_normal(40)), dtype)
+    X = _fp.normalize(X)[0]                                      # rank 1: singular block
+    J = jnp.arange(8)
+    assert np.isnan(float(fast(X, J)))
+    assert np.isfinite(float(P.eta_from_gram(X, J)))
