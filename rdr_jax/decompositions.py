@@ -31,7 +31,10 @@ exceeded the numerical rank of A; 0 means A is numerically zero), ``eta`` is NaN
 NaN/Inf, and in fixed-accuracy mode ``error_estimate > tol`` means max_rank was reached.
 Eager calls read these three scalars and warn (or raise, ``on_rank_deficient="raise"``). The
 jitted computations contain no host callbacks, so JAX's persistent compilation cache can
-store them (see the README's "Compile time").
+store them (see the README's "Compile time"). On the CPU backend the first call of each
+signature (64-bit data) runs a quickly compiled, speculative executable and the second call
+compiles the optimised one (tiered compilation, :mod:`rdr_jax._jit`; off with
+``RDR_JAX_TIERED_COMPILE=0``).
 """
 
 from __future__ import annotations
