@@ -33,7 +33,7 @@ Eager calls read these three scalars and warn (or raise, ``on_rank_deficient="ra
 jitted computations contain no host callbacks, so JAX's persistent compilation cache can
 store them (see the README's "Compile time"). On the CPU backend the first call of each
 signature (64-bit data) runs a quickly compiled, speculative executable and the second call
-compiles the optimised one (tiered compilation, :mod:`rdr_jax._jit`; off with
+compiles the optimised one (tiered compilation, ``rdr_jax._jit``; off with
 ``RDR_JAX_TIERED_COMPILE=0``).
 """
 
@@ -272,7 +272,7 @@ def _exact_col_interp(op: LinearOperator, C, J, ortho=None, speculate: bool = Fa
       singular. For very tall 64-bit C, ``W = (C^H C)^+ (C^H A)``.
 
     A ``lax.cond`` picks the route at run time (under ``vmap`` both run). ``speculate=True``
-    (the first call's quick tier, :mod:`rdr_jax._jit`) traces the normal-equations route only
+    (the first call's quick tier, ``rdr_jax._jit``) traces the normal-equations route only
     and returns its precondition as ``ok`` (False: the caller reruns the full program);
     otherwise ``ok`` is True."""
     k = C.shape[1]

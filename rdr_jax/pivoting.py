@@ -81,7 +81,7 @@ def cpqr_available(platform: str | None = None) -> bool:
 
 
 def _unit(X):
-    """``X 2^-e`` with its largest entry in [1, 2) (exact), see :func:`rdr_jax._fp.normalize`."""
+    """``X 2^-e`` with its largest entry in [1, 2) (exact), see ``rdr_jax._fp.normalize``."""
     return _fp.normalize(X)[0]
 
 
@@ -339,12 +339,12 @@ def eta_from_gram(X: jax.Array, J: jax.Array, gram: jax.Array | None = None) -> 
 def eta_from_gram_fast(X: jax.Array, J: jax.Array) -> jax.Array:
     """:func:`eta_from_gram` (``gram=None``) for the common case only, or NaN: for X whose
     largest entry is already in [1, 2) (rescaled by a power of two, e.g. by
-    :func:`rdr_jax._fp.normalize`) and a pivot block ``X(:, J)`` of full numerical column
+    ``rdr_jax._fp.normalize``) and a pivot block ``X(:, J)`` of full numerical column
     rank, the same value as :func:`eta_from_gram` (bitwise: the rescaling there is the
     identity, and the QR route of the pseudo-inverse is taken); otherwise NaN -- the caller
     then calls :func:`eta_from_gram`. Traces about half the operations (no exponent
     decoding, no SVD fallback): used by the first call's quick tier of the column ID
-    (:mod:`rdr_jax._jit`), whose NaN eta makes it rerun the full program. Not jitted (it is
+    (``rdr_jax._jit``), whose NaN eta makes it rerun the full program. Not jitted (it is
     traced into its caller)."""
     mx = jnp.max(jnp.abs(X))
     M, full = _pivot_map_qr(X[:, J])

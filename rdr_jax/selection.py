@@ -444,7 +444,7 @@ def pivot_columns(key, op: LinearOperator, k: int, l: int, method: Method,
 
     ``need_W=False`` skips the k x n interpolation matrix (eta then comes from the l x l
     Gram of X, :func:`rdr_jax.pivoting.eta_from_gram`), which is all CUR needs.
-    ``speculate=True`` (the first call's quick tier, :mod:`rdr_jax._jit`) computes that eta
+    ``speculate=True`` (the first call's quick tier, ``rdr_jax._jit``) computes that eta
     by :func:`rdr_jax.pivoting.eta_from_gram_fast`: the same value, or NaN where the fast
     route does not apply (the caller then reruns the full program).
     """
