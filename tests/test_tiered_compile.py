@@ -143,10 +143,28 @@ def test_sketch_work_estimate():
 
 
 _CHILD = r"""
+import os, warnings
 import jax, jax.numpy as jnp, numpy as np
 jax.config.update("jax_enable_x64", True)
 import rdr_jax as R
 from rdr_jax import _jit, decompositions as D, randomized_svd as RS
+
+
+def untiered(f):
+    os.environ["RDR_JAX_TIERED_COMPILE"] = "0"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return f()
+    finally:
+        os.environ.pop("RDR_JAX_TIERED_COMPILE")
+
+
+def bitwise(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
 assert _jit.tiered_compile_enabled()
 rng = np.random.default_rng(0)
 A32 = jnp.asarray(rng.standard_normal((400, 300)), jnp.float32)
@@ -156,45 +174,39 @@ for dt in (np.float64, np.complex128):
     A = jnp.asarray((rng.standard_normal((400, 40)) @ rng.standard_normal((40, 300))
                      + 1e-3 * rng.standard_normal((400, 300))).astype(dt))
     key = jax.random.key(3)
-    calls = [R.interpolative(key, A, 30) for _ in range(3)]   # 1st: speculative quick tier
-    tiers = [t for t in D._interpolative._tiers.values()]
-    assert len(tiers) == 1 and tiers[0].optimised, tiers
-    import os
-    os.environ["RDR_JAX_TIERED_COMPILE"] = "0"
-    ref = R.interpolative(key, A, 30)
-    os.environ.pop("RDR_JAX_TIERED_COMPILE")
-    tol = 1e-12
+    calls = [R.interpolative(key, A, 30)]     # the speculative quick tier
+    (tier,) = D._interpolative._tiers.values()
+    assert not tier.optimised                 # the speculation held
+    calls += [R.interpolative(key, A, 30) for _ in range(2)]
+    assert tier.optimised
+    ref = untiered(lambda: R.interpolative(key, A, 30))
     for i, c in enumerate(calls):
         np.testing.assert_array_equal(np.asarray(c.cols), np.asarray(ref.cols))
-        np.testing.assert_allclose(np.asarray(c.W), np.asarray(ref.W), rtol=tol, atol=tol)
-        np.testing.assert_allclose(float(c.eta), float(ref.eta), rtol=tol)
+        np.testing.assert_allclose(np.asarray(c.W), np.asarray(ref.W), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(float(c.eta), float(ref.eta), rtol=1e-12)
         if i > 0:      # the optimised executable: bitwise the untiered result
-            for a, b in zip(jax.tree.leaves(c), jax.tree.leaves(ref)):
-                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+            bitwise(c, ref)
     D._interpolative._tiers.clear()
     # exactly rank 40 and k = 60: C is numerically singular, so the speculative first call
     # is rerun in full (the QR + pinv route; the full program) at once
     B = jnp.asarray((rng.standard_normal((400, 40)) @ rng.standard_normal((40, 300))).astype(dt))
-    import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         first = R.interpolative(jax.random.key(5), B, 60)
     (tier,) = D._interpolative._tiers.values()
     assert tier.optimised, "speculation should have failed on a singular skeleton"
     assert int(first.numerical_rank) == 40
-    os.environ["RDR_JAX_TIERED_COMPILE"] = "0"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        full = R.interpolative(jax.random.key(5), B, 60)
-    os.environ.pop("RDR_JAX_TIERED_COMPILE")
-    for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(full)):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    bitwise(first, untiered(lambda: R.interpolative(jax.random.key(5), B, 60)))
     D._interpolative._tiers.clear()
     cur = [R.cur(key, A, 25) for _ in range(2)]
     np.testing.assert_array_equal(np.asarray(cur[0].rows), np.asarray(cur[1].rows))
+    assert [t.optimised for t in D._cur._tiers.values()] == [True]
+    bitwise(cur[1], untiered(lambda: R.cur(key, A, 25)))
     s = [R.rsvd(key, A, 10).s for _ in range(2)]
-    np.testing.assert_allclose(np.asarray(s[0]), np.asarray(s[1]), rtol=tol)
-    assert all(t.optimised for t in RS._rsvd_jit._tiers.values())
+    np.testing.assert_allclose(np.asarray(s[0]), np.asarray(s[1]), rtol=1e-12)
+    assert RS._rsvd_jit._tiers and all(t.optimised for t in RS._rsvd_jit._tiers.values())
+    D._cur._tiers.clear()
+    RS._rsvd_jit._tiers.clear()
 print("OK")
 """
 
