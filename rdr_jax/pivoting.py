@@ -332,8 +332,14 @@ def eta_from_gram(X: jax.Array, J: jax.Array, gram: jax.Array | None = None) -> 
         ok = (_gram_scale_ok(e, X.dtype, log2_n) & jnp.all(jnp.isfinite(gn))
               & (jnp.abs(_trace(gn) - fro2) <= _GRAM_RTOL * fro2))
         gn = jax.lax.cond(ok, lambda: gn, own)
+    return _eta_of_map(M, gn, X.dtype)
+
+
+def _eta_of_map(M, gn, dtype):
+    """``sqrt(lambda_max(M gn M^H))`` (at least 1): eta from the pivot map ``M = X_1^+`` and
+    the (rescaled) Gram ``gn = X X^H``."""
     G = jnp.matmul(M, jnp.matmul(gn, M.conj().T, precision=HIGHEST), precision=HIGHEST)
-    return _sqrt_lmax(G, X.dtype)
+    return _sqrt_lmax(G, dtype)
 
 
 def eta_from_gram_fast(X: jax.Array, J: jax.Array) -> jax.Array:
@@ -348,10 +354,8 @@ def eta_from_gram_fast(X: jax.Array, J: jax.Array) -> jax.Array:
     traced into its caller)."""
     mx = jnp.max(jnp.abs(X))
     M, full = _pivot_map_qr(X[:, J])
-    G = jnp.matmul(M, jnp.matmul(jnp.matmul(X, X.conj().T, precision=HIGHEST), M.conj().T,
-                                 precision=HIGHEST), precision=HIGHEST)
-    ok = full & (mx >= 1) & (mx < 2)
-    return jnp.where(ok, _sqrt_lmax(G, X.dtype), jnp.nan)
+    eta = _eta_of_map(M, jnp.matmul(X, X.conj().T, precision=HIGHEST), X.dtype)
+    return jnp.where(full & (mx >= 1) & (mx < 2), eta, jnp.nan)
 
 
 @jax.jit
