@@ -17,8 +17,8 @@ def test_options_in_effect_on_cpu_and_results_identical():
     key = jax.random.key(0)
     op = R.as_operator(A)
     opts = D._Options(R.selection.resolve_method("lupp"), "column", False, None)
-    fast = D._interpolative._fast(key, op, 8, 18, opts)
-    plain = D._interpolative._plain(key, op, 8, 18, opts)
+    fast = D._interpolative._fast(key, op, 8, 18, 8, 18, opts)
+    plain = D._interpolative._plain(key, op, 8, 18, 8, 18, opts)
     np.testing.assert_array_equal(np.asarray(fast.cols), np.asarray(plain.cols))
     np.testing.assert_allclose(np.asarray(fast.W), np.asarray(plain.W), rtol=1e-6, atol=1e-6)
 
@@ -58,7 +58,7 @@ A = jnp.asarray(np.random.default_rng(0).standard_normal((300, 120)))
 op, key = R.as_operator(A), jax.random.key(0)
 opts = D._Options(R.selection.resolve_method("lupp"), "column", False, None)
 fast, plain = D._interpolative._fast, D._interpolative._plain
-a, b = fast(key, op, 20, 30, opts), plain(key, op, 20, 30, opts)
+a, b = fast(key, op, 20, 30, 25, 35, opts), plain(key, op, 20, 30, 25, 35, opts)
 np.testing.assert_array_equal(np.asarray(a.cols), np.asarray(b.cols))
 np.testing.assert_allclose(np.asarray(a.W), np.asarray(b.W), rtol=0, atol=1e-12)
 np.testing.assert_allclose(float(a.eta), float(b.eta), rtol=1e-12)
@@ -80,62 +80,3 @@ def test_fast_and_plain_compiles_agree_without_the_suite_flags():
     r = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
-
-
-_LAPACK_CHILD = r"""
-import json, sys
-import jax, jax.numpy as jnp, numpy as np
-jax.config.update("jax_enable_x64", True)
-import threadpoolctl
-import rdr_jax as R
-from rdr_jax import _jit
-
-def threads():
-    return {lib.filepath: lib.num_threads
-            for lib in threadpoolctl.ThreadpoolController().lib_controllers}
-
-before = threads()
-A = jnp.asarray(np.random.default_rng(0).standard_normal((400, 150)))
-res = R.interpolative(jax.random.key(0), A, 20)
-print(json.dumps({"before": before, "after": threads(),
-                  "limited": list(_jit.limit_cpu_lapack_threads()),
-                  "cols": np.asarray(res.cols).tolist(), "W": np.asarray(res.W).tolist()}))
-"""
-
-
-def _lapack_child(setting):
-    import json
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, RDR_JAX_LAPACK_THREADS=setting, OPENBLAS_NUM_THREADS="2")
-    r = subprocess.run([sys.executable, "-c", _LAPACK_CHILD], env=env, capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-def test_lapack_threads_limited_to_scipys_openblas_only():
-    """The first rdr_jax call limits SciPy's OpenBLAS (jaxlib's CPU LAPACK) to one thread and
-    leaves NumPy's alone; ``RDR_JAX_LAPACK_THREADS=default`` changes nothing; the skeletons
-    and W do not depend on it."""
-    lim = _lapack_child("")
-    scipy_libs = [p for p in lim["before"] if "scipy.libs" in p]
-    other = [p for p in lim["before"] if p not in scipy_libs]
-    assert lim["limited"] == scipy_libs and len(scipy_libs) == 1
-    assert lim["before"][scipy_libs[0]] == 2 and lim["after"][scipy_libs[0]] == 1
-    assert all(lim["after"][p] == lim["before"][p] for p in other)
-    dflt = _lapack_child("default")
-    assert dflt["limited"] == [] and dflt["after"] == dflt["before"]
-    assert lim["cols"] == dflt["cols"]
-    np.testing.assert_allclose(np.asarray(lim["W"]), np.asarray(dflt["W"]), rtol=0, atol=1e-12)
-
-
-def test_lapack_threads_setting(monkeypatch):
-    for raw, want in (("", _jit.LAPACK_THREADS), ("3", 3), (" Default ", None)):
-        monkeypatch.setenv("RDR_JAX_LAPACK_THREADS", raw)
-        assert _jit.lapack_threads_setting() == want
-    for bad in ("0", "-1", "two"):
-        monkeypatch.setenv("RDR_JAX_LAPACK_THREADS", bad)
-        with pytest.raises(ValueError, match="RDR_JAX_LAPACK_THREADS must be a positive"):
-            _jit.lapack_threads_setting()
