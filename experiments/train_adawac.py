@@ -10,6 +10,7 @@ Run (from the repository root)::
         --method erm,trim-train,trim-train+acr,trim-ratio,trim-ratio+acr,pseudo-adawac,adawac
     python experiments/train_adawac.py --config synapse_unet --method adawac   # eta = 8
     python experiments/train_adawac.py --config acdc --method adawac,erm
+    python experiments/train_adawac.py --config synapse_unet --dtype bfloat16  # bf16 compute
 
 Data: ``--config synapse_*`` / ``acdc`` read the TransUNet-preprocessed data from
 ``--data-dir`` (else ``config.data.root``, else ``rdr_jax.datasets.find_dataset`` when it knows
@@ -34,6 +35,8 @@ step), ``history_<method>_seed<s>.npz`` (per-epoch beta / ce / consistency per s
 ``training_curves.png`` (loss, dice, CE and consistency against the step, read from each run's
 ``metrics.jsonl``, which the shared loop writes every ``log_every`` steps), ``config.json``;
 checkpoints and metrics in ``<out>/runs/<method>_seed<s>`` (``--resume`` continues from them).
+
+float32 (``--dtype bfloat16`` for bf16 compute): network training; nothing here needs float64.
 """
 
 from __future__ import annotations
@@ -125,6 +128,9 @@ def parse_args(argv=None):
     p.add_argument("--lam", type=float, default=None)
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--steps", type=int, default=None, help="override the number of steps")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
+                   help="model computation dtype (config default float32; parameters, "
+                        "BatchNorm statistics and losses stay float32)")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--resume", action="store_true", help="continue from checkpoints in --out")
     p.add_argument("--host-threads", type=int, default=0)
@@ -145,6 +151,8 @@ def run(args):
             setattr(cfg, field, getattr(args, field))
     if args.steps is not None:
         cfg.num_steps = args.steps
+    if getattr(args, "dtype", None) is not None:
+        cfg.dtype = args.dtype
     if args.subset is not None:
         cfg.data.subset = args.subset
     methods = [m for m in (args.method or "adawac,erm").split(",") if m.strip()]

@@ -10,6 +10,7 @@ Run (from the repository root; needs the CIFAR-100 python version, see below)::
     python experiments/train_dac.py --config different_lambda --quick    # CI-sized, same path
     python experiments/train_dac.py --config different_lambda --run 3 --seed 0   # one cell
     python experiments/train_dac.py --config different_lambda --set total_steps=4096
+    python experiments/train_dac.py --config different_lambda --set dtype=bfloat16  # bf16 compute
 
 Thesis claims (Sec. ``sec:dac_experiments``), printed as HELD / NOT HELD with the numbers:
 
@@ -44,6 +45,9 @@ row per cell and seed), ``results.json`` (rows, per-cell mean/std next to the th
 verdicts), ``train_dac_<config>.png`` (mean +- std per cell), ``training_curves.png`` (loss,
 cross-entropy and consistency against the step, read from each run's ``metrics.jsonl``, which
 the shared loop writes every ``log_every`` steps), ``config.json``.
+
+float32 (``--set dtype=bfloat16`` for bf16 compute): network training; nothing here needs
+float64.
 """
 
 from __future__ import annotations

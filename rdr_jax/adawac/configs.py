@@ -17,6 +17,8 @@ tiny CPU network, a few dozen steps; same code path). Fields:
   (``poly``: the TransUNet trainer's ``lr (1 - t/T)^0.9``; ``constant``);
 * ``model``: ``name`` (``tiny``, ``unet``, ``transunet``), ``small`` (CPU-sized variant),
   ``width``, ``depth`` (tiny only: base width, stride-2 levels);
+* ``dtype``: the model's computation dtype, ``"float32"`` (default) or ``"bfloat16"`` (mixed
+  precision: parameters, BatchNorm statistics and the losses stay in float32);
 * ``data``: ``name`` (``phantom``, ``cardiac_phantom``, ``synapse``, ``acdc``), ``subset`` (``full``,
   ``half-slice``, ``half-vol``, ``half-sparse``), ``size`` (input side, 224), ``root`` (data
   folder; empty: ``$RDR_JAX_DATA/<name>``), phantom shape ``num_cases``, ``num_slices``,
@@ -55,6 +57,7 @@ def _base() -> ml_collections.ConfigDict:
     c.epochs = 150
     c.num_steps = 0
     c.seed = 0
+    c.dtype = "float32"
     c.checkpoint_every = 1000
     c.log_every = 100
     c.eval_batch_size = 24

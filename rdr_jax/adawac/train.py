@@ -85,8 +85,8 @@ from rdr_jax.adawac.metrics import aggregate_metrics, predict_volume, volume_met
 from rdr_jax.adawac.transform import beta_gradient, beta_mirror_ascent, init_beta
 from rdr_jax.models.tiny_segnet import TinySegNet
 from rdr_jax.training import (LoopConfig, ModelGraph, TrainState, apply_gradients,
-                              eval_params, fit, init_train_state, make_mesh, merge_apply,
-                              restore_checkpoint, save_checkpoint, sgd)
+                              compute_dtype, eval_params, fit, init_train_state, make_mesh,
+                              merge_apply, restore_checkpoint, save_checkpoint, sgd)
 
 __all__ = ["METHODS", "MethodSpec", "TRIM_KEEP_RATIO", "TinySegNet", "PairLoader",
            "TrainState", "ModelGraph", "StepMetrics", "TrainResult", "method_spec",
@@ -198,6 +198,7 @@ class _Settings(NamedTuple):
     keep_ratio: float
     num_steps: int
     seed: int
+    dtype: np.dtype = np.dtype(np.float32)
 
 
 def validate_config(config: Any, *, num_examples: Optional[int] = None,
@@ -207,7 +208,8 @@ def validate_config(config: Any, *, num_examples: Optional[int] = None,
     Checks: ``method`` known; ``eta >= 0``; ``lam >= 0``; ``batch_size >= 1`` and divisible by
     ``num_devices`` (the batch axis is split evenly over the mesh); ``lr > 0``, ``momentum in
     [0, 1)``, ``weight_decay >= 0``; ``schedule in {"constant", "poly"}``; ``keep_ratio in (0,
-    1]``; ``num_steps >= 1`` or ``epochs >= 1``; ``batch_size <= num_examples``.
+    1]``; ``num_steps >= 1`` or ``epochs >= 1``; ``batch_size <= num_examples``; ``dtype``
+    (the model's computation dtype) ``"float32"`` or ``"bfloat16"``.
 
     Raises:
         ValueError / TypeError: naming the offending field.
@@ -243,6 +245,7 @@ def validate_config(config: Any, *, num_examples: Optional[int] = None,
     if keep > 1:
         raise ValueError(f"keep_ratio must lie in (0, 1]; got {keep}")
     seed = check_int("seed", _get(config, "seed", 0), low=0)
+    dtype = compute_dtype(_get(config, "dtype", "float32"))
     num_steps = _get(config, "num_steps", 0)
     if num_steps:
         num_steps = check_int("num_steps", num_steps, low=1)
@@ -257,7 +260,7 @@ def validate_config(config: Any, *, num_examples: Optional[int] = None,
             raise ValueError(f"batch_size ({batch_size}) exceeds the number of training slices "
                              f"({num_examples})")
     return _Settings(spec, eta, lam, batch_size, lr, momentum, wd, schedule, dice_w, wac_w,
-                     keep, num_steps, seed)
+                     keep, num_steps, seed, dtype)
 
 
 # ============================================================================ models
@@ -277,7 +280,9 @@ def build_model(config: Any, num_classes: int, *, image_size: int, seed: int = 0
     """The network named by ``config.model.name`` (``tiny``, ``unet``, ``transunet``), built
     by the model registry :func:`rdr_jax.models.build_model`; ``config.model.small`` picks
     the CPU-sized UNet / TransUNet (``.small``), ``model.width`` / ``model.depth`` size the
-    tiny net. Parameters from ``nnx.Rngs(params=seed, dropout=seed + 1)``.
+    tiny net. Parameters from ``nnx.Rngs(params=seed, dropout=seed + 1)``, in float32;
+    ``config.dtype`` (``"float32"`` default, or ``"bfloat16"``) is the computation dtype
+    (:func:`rdr_jax.training.compute_dtype`; the model returns float32 logits and features).
 
     Example:
         >>> from rdr_jax.adawac.configs import get_config
@@ -286,7 +291,8 @@ def build_model(config: Any, num_classes: int, *, image_size: int, seed: int = 0
     name = _get(config, "model.name", "tiny")
     if name not in _MODELS:
         raise ValueError(f"model.name must be one of {_MODELS}; got {name!r}")
-    spec: dict = {"name": name, "num_classes": num_classes}
+    spec: dict = {"name": name, "num_classes": num_classes,
+                  "dtype": compute_dtype(_get(config, "dtype", "float32"))}
     if name == "tiny":
         spec.update(width=int(_get(config, "model.width", 8)),
                     depth=int(_get(config, "model.depth", 2)))

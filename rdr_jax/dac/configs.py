@@ -15,6 +15,10 @@ with 2 ops of magnitude 10 from the 14-op list, 7 augmentations per sample, batc
 steps, SGD (Nesterov) momentum 0.9, lr ``0.03 cos(7 pi i / (16 * 2^15))``, weight decay 5e-4
 (kernels only), CIFAR-100 mean/std normalisation, consistency = l2 distance between softmax
 predictions averaged over the augmentations.
+
+``dtype`` (``"float32"``, default, or ``"bfloat16"``) is the models' computation dtype (mixed
+precision: parameters, BatchNorm statistics and the losses stay in float32), e.g.
+``python experiments/train_dac.py --config different_lambda --set dtype=bfloat16``.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ def _base(quick: bool) -> ml_collections.ConfigDict:
     c.nesterov = True
     c.weight_decay = 5e-4
     c.seeds = [0, 1, 2, 3, 4]
+    c.dtype = "float32"       # model computation dtype: "float32" or "bfloat16" (params f32)
     c.ema_decay = 0.0         # weight EMA for evaluation (0: none; FixMatch: 0.999)
     c.num_devices = 0         # data-parallel devices (0: all local devices)
     c.checkpoint_every = 1024

@@ -69,9 +69,9 @@ from rdr_jax._validation import check_int, check_key
 from rdr_jax.dac.configs import CIFAR100_MEAN, CIFAR100_STD
 from rdr_jax.models.small_cnn import SmallCNN
 from rdr_jax.training import (LoopConfig, ModelGraph, TrainState, apply_gradients,
-                              eval_params, fit, init_train_state, make_mesh, merge_apply,
-                              restore_checkpoint, save_checkpoint, sgd, shard_batch,
-                              state_mesh)
+                              compute_dtype, eval_params, fit, init_train_state, make_mesh,
+                              merge_apply, restore_checkpoint, save_checkpoint, sgd,
+                              shard_batch, state_mesh)
 
 __all__ = [
     "CIFAR100_MEAN",
@@ -153,8 +153,14 @@ def _check_logits(logits_orig, logits_aug, labels):
 
 
 # --------------------------------------------------------------------------------------
-# losses
+# losses (computed in at least float32, whatever the model's computation dtype)
 # --------------------------------------------------------------------------------------
+def _f32(x: Array) -> Array:
+    """``x`` in at least float32 (bfloat16/float16 logits are upcast; float64 is kept)."""
+    x = jnp.asarray(x)
+    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
 class LossTerms(NamedTuple):
     """A training objective and its parts (scalars).
 
@@ -172,13 +178,13 @@ class LossTerms(NamedTuple):
 
 
 def cross_entropy(logits: Float[Array, "b k"], labels: Int[Array, " b"]) -> Float[Array, ""]:
-    """Mean cross-entropy ``-1/B sum_i log softmax(z_i)[y_i]``.
+    """Mean cross-entropy ``-1/B sum_i log softmax(z_i)[y_i]`` (in at least float32).
 
     Example:
         >>> float(cross_entropy(jnp.zeros((2, 4)), jnp.array([0, 3])))  # log 4
         1.386...
     """
-    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
+    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(_f32(logits), labels))
 
 
 def _safe_norm(sq: Array) -> Array:
@@ -192,8 +198,8 @@ def consistency_distances(logits_orig: Float[Array, "b k"], logits_aug: Float[Ar
     """``rho(h(x_i), h(x_{i,j}))`` for every augmentation j and sample i (Eq. ``eq:dac_soft``).
 
     ``rho(u, v) = ||u - v||_2`` (``squared=True``: ``||u - v||_2^2``) with ``u, v`` the softmax
-    probabilities (``on="probs"``) or the logits (``on="logits"``). The square root has a zero
-    gradient where the distance is exactly zero.
+    probabilities (``on="probs"``) or the logits (``on="logits"``), in at least float32. The
+    square root has a zero gradient where the distance is exactly zero.
 
     Args:
         logits_orig: (B, K) logits on the original samples.
@@ -210,6 +216,7 @@ def consistency_distances(logits_orig: Float[Array, "b k"], logits_aug: Float[Ar
         Array([[0.]], dtype=float32)
     """
     _check_choice("on", on, _CONSISTENCY_ON)
+    logits_orig, logits_aug = _f32(logits_orig), _f32(logits_aug)
     if on == "probs":
         u, v = jax.nn.softmax(logits_orig, -1), jax.nn.softmax(logits_aug, -1)
     else:
@@ -308,7 +315,7 @@ def fixmatch_loss(logits_weak: Float[Array, "u k"], logits_strong: Float[Array, 
     """FixMatch unlabeled loss (``table:combining_with_SSL`` baseline).
 
     ``q_i = softmax(z^w_i / T)`` (no gradient), ``m_i = [max_k q_ik >= tau]``,
-    ``L_u = 1/U sum_i m_i * l(z^s_i, argmax_k q_ik)``.
+    ``L_u = 1/U sum_i m_i * l(z^s_i, argmax_k q_ik)``, in at least float32.
 
     Args:
         logits_weak: (U, K) logits on weakly augmented unlabeled images.
@@ -328,6 +335,7 @@ def fixmatch_loss(logits_weak: Float[Array, "u k"], logits_strong: Float[Array, 
     if logits_weak.shape != logits_strong.shape or logits_weak.ndim != 2:
         raise ValueError("logits_weak and logits_strong must both have shape (U, K); got "
                          f"{logits_weak.shape} and {logits_strong.shape}")
+    logits_weak, logits_strong = _f32(logits_weak), _f32(logits_strong)
     q = jax.nn.softmax(jax.lax.stop_gradient(logits_weak) / temperature, -1)
     mask = (jnp.max(q, -1) >= threshold).astype(logits_strong.dtype)
     pseudo = jnp.argmax(q, -1)
@@ -395,14 +403,16 @@ def make_optimizer(learning_rate: Any = None, *, momentum: float = 0.9, nesterov
 # --------------------------------------------------------------------------------------
 # models (rdr_jax.models)
 # --------------------------------------------------------------------------------------
-def build_model(model_cfg: Any, *, seed: int = 0) -> nnx.Module:
+def build_model(model_cfg: Any, *, seed: int = 0, dtype: Any = None) -> nnx.Module:
     """Build the classifier named by a config (``name``: ``"wide_resnet"`` or ``"small_cnn"``)
     with the model registry :func:`rdr_jax.models.build_model`.
 
     ``wide_resnet`` uses :class:`rdr_jax.models.wide_resnet.WideResNet` (``num_classes``,
     ``depth``, ``widen_factor``, ``in_channels``); ``small_cnn`` uses
     :class:`rdr_jax.models.small_cnn.SmallCNN` (``num_classes``, ``in_channels``, ``width``).
-    Parameters are initialised from ``nnx.Rngs(seed)``.
+    Parameters are initialised from ``nnx.Rngs(seed)`` in float32; ``dtype`` is the
+    computation dtype (a config's ``dtype`` field, see
+    :func:`rdr_jax.training.compute_dtype`; ``None``: the model's default).
 
     Example:
         >>> m = build_model({"name": "small_cnn", "num_classes": 10, "in_channels": 1})
@@ -410,7 +420,10 @@ def build_model(model_cfg: Any, *, seed: int = 0) -> nnx.Module:
     name = dict(model_cfg).get("name")
     if name not in ("small_cnn", "wide_resnet"):
         raise ValueError(f"model name must be 'small_cnn' or 'wide_resnet'; got {name!r}")
-    return models.build_model(model_cfg, seed=seed)
+    if dtype is None:
+        return models.build_model(model_cfg, seed=seed)
+    spec = dict(model_cfg.to_dict() if hasattr(model_cfg, "to_dict") else model_cfg)
+    return models.build_model({**spec, "dtype": compute_dtype(dtype)}, seed=seed)
 
 
 # --------------------------------------------------------------------------------------
@@ -653,7 +666,7 @@ def make_eval_step(graph: ModelGraph, normalize: Callable[[Array], Array] = _ide
 
     def eval_step(state: TrainState, images, labels, mask):
         model = nnx.merge(graph.eval, eval_params(state), state.model_state)
-        logits = model(normalize(images))
+        logits = _f32(model(normalize(images)))
         ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
         correct = (jnp.argmax(logits, -1) == labels) & mask
         return jnp.sum(correct), jnp.sum(jnp.where(mask, ce, 0.0))
@@ -815,7 +828,7 @@ class _DacBatches:
 
 def _settings(config: Any) -> dict:
     """Validated run settings of a config (method, lam, alpha, steps, batch, seed, devices,
-    EMA decay, FixMatch settings)."""
+    EMA decay, FixMatch settings, computation dtype)."""
     method = _cfg_get(config, "method", "dac")
     _check_choice("method", method, ("dac", "da_erm", "fixmatch_dac"))
     num_devices = check_int("num_devices", int(_cfg_get(config, "num_devices", 0) or 0),
@@ -833,6 +846,7 @@ def _settings(config: Any) -> dict:
             "batch_size": check_int("batch_size", _cfg_get(config, "batch_size"), low=1),
             "seed": int(_cfg_get(config, "seed", 0)),
             "ema_decay": float(_cfg_get(config, "ema_decay", 0.0) or 0.0),
+            "dtype": compute_dtype(_cfg_get(config, "dtype", "float32")),
             "devices": jax.local_devices()[:num_devices] if num_devices else None, "fm": fm}
 
 
@@ -854,8 +868,10 @@ def train(config: Any, train_images: np.ndarray, train_labels: np.ndarray,
     ``augment`` (see :func:`build_augment`), ``weak_augment_originals``,
     ``normalize_mean``/``normalize_std``, ``consistency_on``, ``squared``, ``reduction``,
     ``checkpoint_every``, ``log_every``, ``eval_batch_size``, ``num_devices`` (data-parallel
-    devices, 0: all local ones; ``batch_size`` must be divisible by their number) and, for
-    FixMatch, ``mu``, ``threshold``, ``temperature``, ``lambda_u``, ``strong_cutout``.
+    devices, 0: all local ones; ``batch_size`` must be divisible by their number), ``dtype``
+    (the model's computation dtype, ``"float32"`` (default) or ``"bfloat16"``: mixed
+    precision with float32 parameters, BatchNorm statistics and losses) and, for FixMatch,
+    ``mu``, ``threshold``, ``temperature``, ``lambda_u``, ``strong_cutout``.
 
     Data: host arrays, labeled ``train_images`` (N, H, W, C) (float in [0, 1], or anything
     ``to_float`` maps there, e.g. uint8), ``train_labels`` (N,), optional test arrays and
@@ -900,7 +916,7 @@ def train(config: Any, train_images: np.ndarray, train_labels: np.ndarray,
                         weight_decay=float(_cfg_get(config, "weight_decay", 5e-4)),
                         ema_decay=st["ema_decay"])
     model = build_model(config.model if hasattr(config, "model") else config["model"],
-                        seed=st["seed"])
+                        seed=st["seed"], dtype=st["dtype"])
     graph, state = init_train_state(model, tx)
     del model
     # The step depends on the graph and these settings only (seed, lam and DAC/DA-ERM are

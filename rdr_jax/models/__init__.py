@@ -57,7 +57,10 @@ def build_model(spec: Mapping[str, Any], *, seed: int = 0, rngs: Optional[Any] =
     **rest)``.
 
     ``small: true`` builds the class's CPU-sized variant (``Class.small(num_classes, ...)``,
-    UNet and TransUNet); ``rngs`` defaults to ``nnx.Rngs(seed)``.
+    UNet and TransUNet); ``rngs`` defaults to ``nnx.Rngs(seed)``. Every model takes Flax's
+    ``dtype`` (computation, e.g. ``jnp.bfloat16``; default: inferred from inputs and
+    parameters) and ``param_dtype`` (default float32) in the spec; the outputs that feed
+    losses (logits, encoder features) come back in at least float32.
 
     Raises:
         ValueError: unknown name, or no ``num_classes``.

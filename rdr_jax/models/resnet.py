@@ -38,7 +38,7 @@ Train/eval mode follows NNX: ``model.train()`` (batch statistics, running ones u
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +46,7 @@ from flax import nnx
 from jaxtyping import Array, Float
 
 from rdr_jax import _validation as V
+from rdr_jax.models._precision import at_least_float32, check_dtypes, keep_stats_precise
 
 __all__ = ["ResNet", "BasicBlock", "Bottleneck", "resnet34", "resnet50", "torch_conv_init",
            "torch_default_conv_init", "torch_default_bias_init", "check_nhwc_input",
@@ -73,28 +74,32 @@ _HI = jax.lax.Precision.HIGHEST
 
 def conv2d(cin: int, cout: int, k: int, stride: int = 1, *, padding: int | None = None,
            use_bias: bool = False, kernel_init=torch_conv_init, bias_init=None,
-           param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> nnx.Conv:
-    """A ``k x k`` convolution with PyTorch's symmetric ``padding`` (default ``k // 2``)."""
+           dtype: Optional[Any] = None, param_dtype: Any = jnp.float32,
+           rngs: nnx.Rngs) -> nnx.Conv:
+    """A ``k x k`` convolution with PyTorch's symmetric ``padding`` (default ``k // 2``),
+    computing in ``dtype`` (``None``: inferred) with parameters in ``param_dtype``."""
     p = k // 2 if padding is None else padding
     kw = {}
     if use_bias:
         kw["bias_init"] = bias_init if bias_init is not None else jax.nn.initializers.zeros
     return nnx.Conv(cin, cout, (k, k), strides=stride, padding=((p, p), (p, p)),
-                    use_bias=use_bias, kernel_init=kernel_init, param_dtype=param_dtype,
-                    precision=_HI, rngs=rngs, **kw)
+                    use_bias=use_bias, kernel_init=kernel_init, dtype=dtype,
+                    param_dtype=param_dtype, precision=_HI, rngs=rngs, **kw)
 
 
-def batch_norm(c: int, *, param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> nnx.BatchNorm:
+def batch_norm(c: int, *, dtype: Optional[Any] = None, param_dtype: Any = jnp.float32,
+               rngs: nnx.Rngs) -> nnx.BatchNorm:
     """PyTorch ``BatchNorm2d(c)`` defaults: eps 1e-5, momentum 0.1 (Flax 0.9), scale 1, bias 0.
 
-    The running statistics are kept in ``param_dtype`` (Flax always creates them in float32,
-    which would cost a float64 model its precision in evaluation mode).
+    Computes in ``dtype`` (``None``: inferred; batch statistics are always reduced in at least
+    float32 by Flax). The running statistics are kept in ``promote_types(param_dtype,
+    float32)``: float32 for half-precision parameters, float64 for a float64 model (Flax
+    always creates them in float32, which would cost a float64 model its precision in
+    evaluation mode).
     """
-    bn = nnx.BatchNorm(c, momentum=0.9, epsilon=1e-5, use_fast_variance=False,
+    bn = nnx.BatchNorm(c, momentum=0.9, epsilon=1e-5, use_fast_variance=False, dtype=dtype,
                        param_dtype=param_dtype, rngs=rngs)
-    bn.mean = nnx.BatchStat(jnp.zeros((c,), param_dtype))
-    bn.var = nnx.BatchStat(jnp.ones((c,), param_dtype))
-    return bn
+    return keep_stats_precise(bn, param_dtype)
 
 
 def check_int_tuple(name: str, value: Any, length: int | None = None, low: int = 1
@@ -133,14 +138,15 @@ class BasicBlock(nnx.Module):
     Args:
         cin: input channels. planes: output channels (expansion 1). stride: stride of
             ``conv1`` and of the ``downsample`` shortcut (present iff ``stride != 1`` or
-            ``cin != planes``). param_dtype: parameter dtype. rngs: NNX random streams.
+            ``cin != planes``). dtype: computation dtype (``None``: inferred). param_dtype:
+            parameter dtype. rngs: NNX random streams.
     """
 
     expansion = 1
 
     def __init__(self, cin: int, planes: int, stride: int = 1, *,
-                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
-        kw = dict(param_dtype=param_dtype, rngs=rngs)
+                 dtype: Optional[Any] = None, param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.conv1 = conv2d(cin, planes, 3, stride, **kw)
         self.bn1 = batch_norm(planes, **kw)
         self.conv2 = conv2d(planes, planes, 3, 1, **kw)
@@ -162,14 +168,15 @@ class Bottleneck(nnx.Module):
 
     Args:
         cin: input channels. planes: bottleneck width (output ``4 * planes``). stride: stride
-            of ``conv2`` and of the shortcut. param_dtype, rngs: as for :class:`BasicBlock`.
+            of ``conv2`` and of the shortcut. dtype, param_dtype, rngs: as for
+            :class:`BasicBlock`.
     """
 
     expansion = 4
 
     def __init__(self, cin: int, planes: int, stride: int = 1, *,
-                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
-        kw = dict(param_dtype=param_dtype, rngs=rngs)
+                 dtype: Optional[Any] = None, param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         cout = planes * self.expansion
         self.conv1 = conv2d(cin, planes, 1, 1, **kw)
         self.bn1 = batch_norm(planes, **kw)
@@ -199,7 +206,7 @@ class ResNet(nnx.Module):
     ``relu(bn1(conv1(x)))`` at ``H/2`` and the outputs of ``layer1..layer4`` at ``H/4, H/8,
     H/16, H/32`` (channels ``widths[0]`` and ``e * widths``, ``e`` the block expansion).
     ``__call__`` returns ``fc(mean_{h,w} layer4)`` when ``num_classes`` is set, else the
-    ``layer4`` map.
+    ``layer4`` map (either in at least float32; ``features`` stay in the computation dtype).
 
     Args:
         block: ``"basic"`` (ResNet-18/34) or ``"bottleneck"`` (ResNet-50/101/152).
@@ -208,6 +215,9 @@ class ResNet(nnx.Module):
             ``widths[0]`` channels.
         in_channels: input channels of ``conv1`` (3 for ImageNet weights).
         num_classes: size of the ``fc`` classifier, or ``None`` for a backbone without it.
+        dtype: computation dtype of every layer, e.g. ``jnp.bfloat16`` (``None``: the input
+            is promoted to the parameter dtype, as before). BatchNorm running statistics stay
+            in at least float32.
         param_dtype: parameter dtype (float32 default; float64 needs ``jax_enable_x64``).
         rngs: NNX random streams (keyword-only).
 
@@ -220,8 +230,8 @@ class ResNet(nnx.Module):
 
     def __init__(self, block: str, depths: Sequence[int],
                  widths: Sequence[int] = (64, 128, 256, 512), *, in_channels: int = 3,
-                 num_classes: int | None = None, param_dtype: Any = jnp.float32,
-                 rngs: nnx.Rngs):
+                 num_classes: int | None = None, dtype: Optional[Any] = None,
+                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
         if block not in _BLOCKS:
             raise ValueError(f"block must be 'basic' or 'bottleneck'; got {block!r}")
         depths = check_int_tuple("depths", depths, 4)
@@ -231,14 +241,14 @@ class ResNet(nnx.Module):
             num_classes = V.check_int("num_classes", num_classes, low=1)
         if not isinstance(rngs, nnx.Rngs):
             raise TypeError(f"rngs must be an nnx.Rngs; got {type(rngs).__name__}")
-        param_dtype = V.check_dtype("param_dtype", param_dtype, allow_complex=False)
+        dtype, param_dtype = check_dtypes(dtype, param_dtype)
         cls = _BLOCKS[block]
         self.block = block
         self.depths, self.widths = depths, widths
         self.in_channels = in_channels
         self.num_classes = num_classes
-        self.param_dtype = param_dtype
-        kw = dict(param_dtype=param_dtype, rngs=rngs)
+        self.dtype, self.param_dtype = dtype, param_dtype
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.conv1 = conv2d(in_channels, widths[0], 7, 2, padding=3, **kw)
         self.bn1 = batch_norm(widths[0], **kw)
         cin = widths[0]
@@ -253,14 +263,15 @@ class ResNet(nnx.Module):
         #: channels of the five ``features`` maps.
         self.feature_channels = (widths[0],) + tuple(w * cls.expansion for w in widths)
         self.fc = (nnx.Linear(cin, num_classes, kernel_init=torch_default_conv_init,
-                              bias_init=torch_default_bias_init(cin),
+                              bias_init=torch_default_bias_init(cin), dtype=dtype,
                               param_dtype=param_dtype, precision=_HI, rngs=rngs)
                    if num_classes is not None else None)
 
     def features(self, x: Float[Array, "b h w c"]) -> tuple[Array, ...]:
         """The stem output and the four stage outputs (see the class docstring)."""
         check_nhwc_input(x, self.in_channels)
-        x = x.astype(jnp.promote_types(x.dtype, self.param_dtype))
+        x = x.astype(self.dtype if self.dtype is not None
+                     else jnp.promote_types(x.dtype, self.param_dtype))
         f0 = jax.nn.relu(self.bn1(self.conv1(x)))
         h = nnx.max_pool(f0, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
         feats = [f0]
@@ -274,25 +285,25 @@ class ResNet(nnx.Module):
         """Logits ``(B, num_classes)`` if the model has ``fc``, else the ``layer4`` map."""
         h = self.features(x)[-1]
         if self.fc is None:
-            return h
-        return self.fc(jnp.mean(h, axis=(1, 2)))
+            return at_least_float32(h)
+        return at_least_float32(self.fc(jnp.mean(h, axis=(1, 2))))
 
 
 def resnet34(*, in_channels: int = 3, num_classes: int | None = None,
              widths: Sequence[int] = (64, 128, 256, 512),
-             depths: Sequence[int] = (3, 4, 6, 3), param_dtype: Any = jnp.float32,
-             rngs: nnx.Rngs) -> ResNet:
+             depths: Sequence[int] = (3, 4, 6, 3), dtype: Optional[Any] = None,
+             param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> ResNet:
     """torchvision ``resnet34`` (basic blocks, depths ``(3, 4, 6, 3)``); ``num_classes=None``
-    drops ``fc`` (21,284,672 parameters)."""
+    drops ``fc`` (21,284,672 parameters). ``dtype``/``param_dtype``: see :class:`ResNet`."""
     return ResNet("basic", depths, widths, in_channels=in_channels, num_classes=num_classes,
-                  param_dtype=param_dtype, rngs=rngs)
+                  dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
 
 def resnet50(*, in_channels: int = 3, num_classes: int | None = None,
              widths: Sequence[int] = (64, 128, 256, 512),
-             depths: Sequence[int] = (3, 4, 6, 3), param_dtype: Any = jnp.float32,
-             rngs: nnx.Rngs) -> ResNet:
+             depths: Sequence[int] = (3, 4, 6, 3), dtype: Optional[Any] = None,
+             param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> ResNet:
     """torchvision ``resnet50`` (bottlenecks, depths ``(3, 4, 6, 3)``); ``num_classes=None``
-    drops ``fc`` (23,508,032 parameters)."""
+    drops ``fc`` (23,508,032 parameters). ``dtype``/``param_dtype``: see :class:`ResNet`."""
     return ResNet("bottleneck", depths, widths, in_channels=in_channels,
-                  num_classes=num_classes, param_dtype=param_dtype, rngs=rngs)
+                  num_classes=num_classes, dtype=dtype, param_dtype=param_dtype, rngs=rngs)

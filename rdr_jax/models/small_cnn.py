@@ -9,11 +9,14 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
 from rdr_jax._validation import check_int
+from rdr_jax.models._precision import at_least_float32, check_dtypes, keep_stats_precise
 
 __all__ = ["SmallCNN"]
 
@@ -25,6 +28,16 @@ class SmallCNN(nnx.Module):
     conv3x3(2w -> 2w) - BN - ReLU - global average pool`` (:meth:`features`, the
     representation ``phi_h`` of ``sec:general``) then a linear head (``f_h``).
 
+    Args:
+        num_classes: number of logits (>= 2).
+        in_channels: input channels.
+        width: base width ``w``.
+        dtype: computation dtype of every layer (e.g. ``jnp.bfloat16``; ``None``: inferred
+            from the input and parameters, as Flax does). Features and logits are returned in
+            at least float32; BatchNorm statistics stay in at least float32.
+        param_dtype: dtype of the parameters (float32).
+        rngs: ``nnx.Rngs`` (keyword-only).
+
     Example:
         >>> m = SmallCNN(10, in_channels=1, rngs=nnx.Rngs(0))
         >>> m(jnp.zeros((2, 8, 8, 1))).shape
@@ -32,24 +45,34 @@ class SmallCNN(nnx.Module):
     """
 
     def __init__(self, num_classes: int, *, in_channels: int = 1, width: int = 16,
+                 dtype: Optional[Any] = None, param_dtype: Any = jnp.float32,
                  rngs: nnx.Rngs):
         check_int("num_classes", num_classes, low=2)
         check_int("in_channels", in_channels, low=1)
         check_int("width", width, low=1)
+        dtype, param_dtype = check_dtypes(dtype, param_dtype)
+        self.dtype, self.param_dtype = dtype, param_dtype
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+        def bn(c):
+            return keep_stats_precise(nnx.BatchNorm(c, momentum=0.9, **kw), param_dtype)
+
         w = width
-        self.conv1 = nnx.Conv(in_channels, w, (3, 3), rngs=rngs)
-        self.bn1 = nnx.BatchNorm(w, momentum=0.9, rngs=rngs)
-        self.conv2 = nnx.Conv(w, 2 * w, (3, 3), strides=(2, 2), rngs=rngs)
-        self.bn2 = nnx.BatchNorm(2 * w, momentum=0.9, rngs=rngs)
-        self.conv3 = nnx.Conv(2 * w, 2 * w, (3, 3), rngs=rngs)
-        self.bn3 = nnx.BatchNorm(2 * w, momentum=0.9, rngs=rngs)
-        self.head = nnx.Linear(2 * w, num_classes, rngs=rngs)
+        self.conv1 = nnx.Conv(in_channels, w, (3, 3), **kw)
+        self.bn1 = bn(w)
+        self.conv2 = nnx.Conv(w, 2 * w, (3, 3), strides=(2, 2), **kw)
+        self.bn2 = bn(2 * w)
+        self.conv3 = nnx.Conv(2 * w, 2 * w, (3, 3), **kw)
+        self.bn3 = bn(2 * w)
+        self.head = nnx.Linear(2 * w, num_classes, **kw)
 
     def features(self, x: Float[Array, "b h w c"]) -> Float[Array, "b f"]:
+        """Pooled features ``phi_h(x)`` (at least float32)."""
         h = nnx.relu(self.bn1(self.conv1(x)))
         h = nnx.relu(self.bn2(self.conv2(h)))
         h = nnx.relu(self.bn3(self.conv3(h)))
-        return jnp.mean(h, axis=(1, 2))
+        return at_least_float32(jnp.mean(h, axis=(1, 2)))
 
     def __call__(self, x: Float[Array, "b h w c"]) -> Float[Array, "b k"]:
-        return self.head(self.features(x))
+        """Logits ``f_h(phi_h(x))`` (at least float32)."""
+        return at_least_float32(self.head(self.features(x)))

@@ -9,11 +9,14 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
 from rdr_jax._validation import check_int
+from rdr_jax.models._precision import at_least_float32, check_dtypes, keep_stats_precise
 
 __all__ = ["TinySegNet"]
 
@@ -39,6 +42,10 @@ class TinySegNet(nnx.Module):
         in_channels: input channels.
         width: base width ``w``.
         depth: number of stride-2 levels ``D >= 1``.
+        dtype: computation dtype of every layer (e.g. ``jnp.bfloat16``; ``None``: inferred
+            from the input and parameters, as Flax does). ``logits`` and ``z`` are returned in
+            at least float32; BatchNorm statistics stay in at least float32.
+        param_dtype: dtype of the parameters (float32).
         rngs: ``nnx.Rngs`` (keyword-only).
 
     Example:
@@ -51,19 +58,24 @@ class TinySegNet(nnx.Module):
     """
 
     def __init__(self, num_classes: int, *, in_channels: int = 1, width: int = 8,
-                 depth: int = 2, rngs: nnx.Rngs):
+                 depth: int = 2, dtype: Optional[Any] = None, param_dtype: Any = jnp.float32,
+                 rngs: nnx.Rngs):
         num_classes = check_int("num_classes", num_classes, low=2)
         self.in_channels = check_int("in_channels", in_channels, low=1)
         w = check_int("width", width, low=1)
         self.depth = check_int("depth", depth, low=1)
+        dtype, param_dtype = check_dtypes(dtype, param_dtype)
+        self.dtype, self.param_dtype = dtype, param_dtype
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         ch = [w] + [w * 2 ** min(i, self.depth - 1) for i in range(1, self.depth + 1)]
 
         def conv(cin, cout, stride=1):
             return nnx.Conv(cin, cout, (3, 3), strides=(stride, stride), padding="SAME",
-                            use_bias=False, rngs=rngs)
+                            use_bias=False, **kw)
 
         def bn(c):
-            return nnx.BatchNorm(c, momentum=0.9, epsilon=1e-5, rngs=rngs)
+            return keep_stats_precise(nnx.BatchNorm(c, momentum=0.9, epsilon=1e-5, **kw),
+                                      param_dtype)
 
         enc = [(self.in_channels, ch[0], 1)] + [(ch[i - 1], ch[i], 2)
                                                 for i in range(1, self.depth + 1)]
@@ -73,12 +85,14 @@ class TinySegNet(nnx.Module):
         self.enc_bn = nnx.List([bn(b) for _, b, _ in enc])
         self.dec_conv = nnx.List([conv(a, b) for a, b in dec])
         self.dec_bn = nnx.List([bn(b) for _, b in dec])
-        self.head = nnx.Conv(2 * ch[0], num_classes, (1, 1), rngs=rngs)
+        self.head = nnx.Conv(2 * ch[0], num_classes, (1, 1), **kw)
 
     @classmethod
-    def small(cls, num_classes: int, *, in_channels: int = 1, rngs: nnx.Rngs) -> "TinySegNet":
+    def small(cls, num_classes: int, *, in_channels: int = 1, dtype: Optional[Any] = None,
+              param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> "TinySegNet":
         """The default CPU size (``width=8``, ``depth=2``)."""
-        return cls(num_classes, in_channels=in_channels, width=8, rngs=rngs)
+        return cls(num_classes, in_channels=in_channels, width=8, dtype=dtype,
+                   param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x: Float[Array, "b h w c"]
                  ) -> tuple[Float[Array, "b h w k"], Float[Array, "b hd wd e"]]:
@@ -101,4 +115,5 @@ class TinySegNet(nnx.Module):
         z = d = skips[-1]
         for conv, bn, skip in zip(self.dec_conv, self.dec_bn, skips[-2:0:-1]):
             d = nnx.relu(bn(conv(jnp.concatenate([up(d), skip], axis=-1))))
-        return self.head(jnp.concatenate([up(d), skips[0]], axis=-1)), z
+        logits = self.head(jnp.concatenate([up(d), skips[0]], axis=-1))
+        return at_least_float32(logits), at_least_float32(z)

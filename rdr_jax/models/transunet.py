@@ -60,7 +60,7 @@ variance with the biased batch variance (PyTorch: unbiased). Train/eval via ``mo
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -69,6 +69,7 @@ from flax import nnx
 from jaxtyping import Array, Float
 
 from rdr_jax import _validation as V
+from rdr_jax.models._precision import at_least_float32, check_dtypes
 from rdr_jax.models.resnet import (batch_norm, check_int_tuple, check_nhwc_input, conv2d,
                                    torch_default_bias_init, torch_default_conv_init)
 
@@ -123,49 +124,55 @@ class StdConv(nnx.Module):
     """Weight-standardised convolution (reference ``StdConv2d``), no bias, PyTorch padding.
 
     ``y = conv(x, (W - mean(W)) / sqrt(var(W) + 1e-5))`` with mean and (biased) variance over
-    each output filter's ``k x k x C_in`` entries. Kernel layout HWIO (``kernel``).
+    each output filter's ``k x k x C_in`` entries. Kernel layout HWIO (``kernel``). The
+    convolution runs in ``dtype`` (``None``: the wider of the input and kernel dtypes); with a
+    half-precision ``dtype`` the standardisation itself is computed in float32 first.
     """
 
     def __init__(self, cin: int, cout: int, k: int, stride: int = 1, *, padding: int = 0,
-                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+                 dtype: Optional[Any] = None, param_dtype: Any = jnp.float32,
+                 rngs: nnx.Rngs):
         self.stride = stride
         self.padding = padding
+        self.dtype = dtype
         self.kernel = nnx.Param(torch_default_conv_init(rngs.params(), (k, k, cin, cout),
                                                         param_dtype))
 
     def __call__(self, x: Float[Array, "b h w c"]) -> Float[Array, "b h2 w2 d"]:
         w = self.kernel[...]
-        dt = jnp.promote_types(x.dtype, w.dtype)
-        w = w.astype(dt)
+        dt = (jnp.promote_types(x.dtype, w.dtype) if self.dtype is None
+              else jnp.dtype(self.dtype))
+        w = w.astype(jnp.promote_types(dt, w.dtype if self.dtype is None else jnp.float32))
         mean = jnp.mean(w, axis=(0, 1, 2), keepdims=True)
         var = jnp.mean(jnp.square(w - mean), axis=(0, 1, 2), keepdims=True)
-        w = (w - mean) / jnp.sqrt(var + 1e-5)
+        w = ((w - mean) / jnp.sqrt(var + 1e-5)).astype(dt)
         p = self.padding
         return jax.lax.conv_general_dilated(
             x.astype(dt), w, (self.stride, self.stride), ((p, p), (p, p)),
             dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=_HI)
 
 
-def _gn(c: int, groups: int, eps: float, param_dtype: Any, rngs: nnx.Rngs) -> nnx.GroupNorm:
+def _gn(c: int, groups: int, eps: float, param_dtype: Any, rngs: nnx.Rngs,
+        dtype: Optional[Any] = None) -> nnx.GroupNorm:
     return nnx.GroupNorm(c, num_groups=groups, epsilon=eps, use_fast_variance=False,
-                         param_dtype=param_dtype, rngs=rngs)
+                         dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
 
 class R50Unit(nnx.Module):
     """Bottleneck unit of TransUNet's R50 (see the module docstring for the formula)."""
 
     def __init__(self, cin: int, cout: int, cmid: int, stride: int = 1, *,
-                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
-        kw = dict(param_dtype=param_dtype, rngs=rngs)
+                 dtype: Optional[Any] = None, param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.conv1 = StdConv(cin, cmid, 1, **kw)
-        self.gn1 = _gn(cmid, 32, 1e-6, param_dtype, rngs)
+        self.gn1 = _gn(cmid, 32, 1e-6, param_dtype, rngs, dtype)
         self.conv2 = StdConv(cmid, cmid, 3, stride, padding=1, **kw)
-        self.gn2 = _gn(cmid, 32, 1e-6, param_dtype, rngs)
+        self.gn2 = _gn(cmid, 32, 1e-6, param_dtype, rngs, dtype)
         self.conv3 = StdConv(cmid, cout, 1, **kw)
-        self.gn3 = _gn(cout, 32, 1e-6, param_dtype, rngs)
+        self.gn3 = _gn(cout, 32, 1e-6, param_dtype, rngs, dtype)
         has_proj = stride != 1 or cin != cout
         self.conv_proj = StdConv(cin, cout, 1, stride, **kw) if has_proj else None
-        self.gn_proj = _gn(cout, cout, 1e-5, param_dtype, rngs) if has_proj else None
+        self.gn_proj = _gn(cout, cout, 1e-5, param_dtype, rngs, dtype) if has_proj else None
 
     def __call__(self, x: Float[Array, "b h w c"]) -> Float[Array, "b h2 w2 d"]:
         res = x if self.conv_proj is None else self.gn_proj(self.conv_proj(x))
@@ -180,11 +187,11 @@ class ResNetV2(nnx.Module):
     the skip features ``[block2 (8w, H/8), block1 zero-padded (4w, H/4), root (w, H/2)]``."""
 
     def __init__(self, units: Sequence[int], width: int, in_channels: int = 3, *,
-                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
-        kw = dict(param_dtype=param_dtype, rngs=rngs)
+                 dtype: Optional[Any] = None, param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.width = width
         self.root_conv = StdConv(in_channels, width, 7, 2, padding=3, **kw)
-        self.root_gn = _gn(width, 32, 1e-6, param_dtype, rngs)
+        self.root_gn = _gn(width, 32, 1e-6, param_dtype, rngs, dtype)
         body = []
         cin = width
         for s, n in enumerate(units):
@@ -222,16 +229,17 @@ class ResNetV2(nnx.Module):
 
 
 class ViTAttention(nnx.Module):
-    """Multi-head self-attention with separate ``query/key/value/out`` dense layers."""
+    """Multi-head self-attention with separate ``query/key/value/out`` dense layers (computing
+    in ``dtype``; the attention softmax runs in at least float32)."""
 
     def __init__(self, hidden: int, num_heads: int, attention_dropout_rate: float, *,
-                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+                 dtype: Optional[Any] = None, param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
         self.num_heads = num_heads
         self.head_dim = hidden // num_heads
 
         def lin():
             return nnx.Linear(hidden, hidden, kernel_init=torch_default_conv_init,
-                              bias_init=torch_default_bias_init(hidden),
+                              bias_init=torch_default_bias_init(hidden), dtype=dtype,
                               param_dtype=param_dtype, precision=_HI, rngs=rngs)
 
         self.query, self.key, self.value, self.out = lin(), lin(), lin(), lin()
@@ -244,7 +252,8 @@ class ViTAttention(nnx.Module):
         k = self.key(x).reshape(b, n, self.num_heads, self.head_dim)
         v = self.value(x).reshape(b, n, self.num_heads, self.head_dim)
         s = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision=_HI) / math.sqrt(self.head_dim)
-        p = self.attn_dropout(jax.nn.softmax(s, axis=-1))
+        p = jax.nn.softmax(at_least_float32(s), axis=-1).astype(v.dtype)
+        p = self.attn_dropout(p)
         ctx = jnp.einsum("bhqk,bkhd->bqhd", p, v, precision=_HI).reshape(b, n, d)
         return self.proj_dropout(self.out(ctx))
 
@@ -253,12 +262,12 @@ class ViTMlp(nnx.Module):
     """``dropout(fc2(dropout(gelu(fc1(x)))))`` with exact GELU."""
 
     def __init__(self, hidden: int, mlp_dim: int, dropout_rate: float, *,
-                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+                 dtype: Optional[Any] = None, param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
         bias = jax.nn.initializers.normal(1e-6)
         self.fc1 = nnx.Linear(hidden, mlp_dim, kernel_init=_xavier, bias_init=bias,
-                              param_dtype=param_dtype, precision=_HI, rngs=rngs)
+                              dtype=dtype, param_dtype=param_dtype, precision=_HI, rngs=rngs)
         self.fc2 = nnx.Linear(mlp_dim, hidden, kernel_init=_xavier, bias_init=bias,
-                              param_dtype=param_dtype, precision=_HI, rngs=rngs)
+                              dtype=dtype, param_dtype=param_dtype, precision=_HI, rngs=rngs)
         self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
 
     def __call__(self, x: Float[Array, "b n d"]) -> Float[Array, "b n d"]:
@@ -270,9 +279,9 @@ class ViTBlock(nnx.Module):
     """Pre-LN transformer block ``x + Attn(LN(x))`` then ``x + MLP(LN(x))``."""
 
     def __init__(self, hidden: int, num_heads: int, mlp_dim: int, dropout_rate: float,
-                 attention_dropout_rate: float, *, param_dtype: Any = jnp.float32,
-                 rngs: nnx.Rngs):
-        kw = dict(param_dtype=param_dtype, rngs=rngs)
+                 attention_dropout_rate: float, *, dtype: Optional[Any] = None,
+                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.attention_norm = nnx.LayerNorm(hidden, epsilon=1e-6, use_fast_variance=False, **kw)
         self.attn = ViTAttention(hidden, num_heads, attention_dropout_rate, **kw)
         self.ffn_norm = nnx.LayerNorm(hidden, epsilon=1e-6, use_fast_variance=False, **kw)
@@ -284,19 +293,22 @@ class ViTBlock(nnx.Module):
 
 
 class _ConvBNReLU(nnx.Module):
-    def __init__(self, cin: int, cout: int, *, param_dtype: Any, rngs: nnx.Rngs):
-        self.conv = conv2d(cin, cout, 3, kernel_init=torch_default_conv_init,
+    def __init__(self, cin: int, cout: int, *, dtype: Optional[Any], param_dtype: Any,
+                 rngs: nnx.Rngs):
+        self.conv = conv2d(cin, cout, 3, kernel_init=torch_default_conv_init, dtype=dtype,
                            param_dtype=param_dtype, rngs=rngs)
-        self.bn = batch_norm(cout, param_dtype=param_dtype, rngs=rngs)
+        self.bn = batch_norm(cout, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x):
         return jax.nn.relu(self.bn(self.conv(x)))
 
 
 class _DecoderBlock(nnx.Module):
-    def __init__(self, cin: int, cout: int, cskip: int, *, param_dtype: Any, rngs: nnx.Rngs):
-        self.conv1 = _ConvBNReLU(cin + cskip, cout, param_dtype=param_dtype, rngs=rngs)
-        self.conv2 = _ConvBNReLU(cout, cout, param_dtype=param_dtype, rngs=rngs)
+    def __init__(self, cin: int, cout: int, cskip: int, *, dtype: Optional[Any],
+                 param_dtype: Any, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.conv1 = _ConvBNReLU(cin + cskip, cout, **kw)
+        self.conv2 = _ConvBNReLU(cout, cout, **kw)
 
     def __call__(self, x, skip=None):
         x = upsample_bilinear_align_corners(x)
@@ -309,13 +321,14 @@ class DecoderCup(nnx.Module):
     """TransUNet's cascaded upsampler: ``conv_more`` then four upsampling blocks with skips."""
 
     def __init__(self, hidden: int, head_channels: int, decoder_channels: Sequence[int],
-                 skip_channels: Sequence[int], n_skip: int, *, param_dtype: Any = jnp.float32,
-                 rngs: nnx.Rngs):
+                 skip_channels: Sequence[int], n_skip: int, *, dtype: Optional[Any] = None,
+                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.n_skip = n_skip
-        self.conv_more = _ConvBNReLU(hidden, head_channels, param_dtype=param_dtype, rngs=rngs)
+        self.conv_more = _ConvBNReLU(hidden, head_channels, **kw)
         ins = (head_channels,) + tuple(decoder_channels[:-1])
         skips = [c if i < n_skip else 0 for i, c in enumerate(skip_channels)]
-        self.blocks = nnx.List([_DecoderBlock(ci, co, cs, param_dtype=param_dtype, rngs=rngs)
+        self.blocks = nnx.List([_DecoderBlock(ci, co, cs, **kw)
                                 for ci, co, cs in zip(ins, decoder_channels, skips)])
 
     def __call__(self, z: Float[Array, "b g g d"], features: Sequence[Array]) -> Array:
@@ -344,6 +357,10 @@ class TransUNet(nnx.Module):
         head_channels: width of ``conv_more`` (512 in the reference).
         n_skip: number of skip connections used, 0..3 (3).
         dropout_rate: ViT embedding/MLP dropout (0.1). attention_dropout_rate: (0.0).
+        dtype: computation dtype of every layer, e.g. ``jnp.bfloat16`` for mixed precision
+            (``None``, default: the input is promoted to the parameter dtype). Attention
+            softmax, norm statistics and BatchNorm running statistics stay in at least
+            float32; the logits and ``z`` are returned in at least float32.
         param_dtype: parameter dtype (float32 default; float64 needs ``jax_enable_x64``).
         rngs: NNX random streams (keyword-only; the ``dropout`` stream, or ``default``,
             drives dropout in training mode).
@@ -361,8 +378,8 @@ class TransUNet(nnx.Module):
                  mlp_dim: int = 3072, resnet_units: Sequence[int] = (3, 4, 9),
                  width: int = 64, decoder_channels: Sequence[int] = (256, 128, 64, 16),
                  head_channels: int = 512, n_skip: int = 3, dropout_rate: float = 0.1,
-                 attention_dropout_rate: float = 0.0, param_dtype: Any = jnp.float32,
-                 rngs: nnx.Rngs):
+                 attention_dropout_rate: float = 0.0, dtype: Optional[Any] = None,
+                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
         num_classes = V.check_int("num_classes", num_classes, low=1)
         in_channels = V.check_int("in_channels", in_channels, low=1)
         img_size = V.check_int("img_size", img_size, low=16)
@@ -389,15 +406,15 @@ class TransUNet(nnx.Module):
                                         0.0, 1.0)
         if not isinstance(rngs, nnx.Rngs):
             raise TypeError(f"rngs must be an nnx.Rngs; got {type(rngs).__name__}")
-        param_dtype = V.check_dtype("param_dtype", param_dtype, allow_complex=False)
-        kw = dict(param_dtype=param_dtype, rngs=rngs)
+        dtype, param_dtype = check_dtypes(dtype, param_dtype)
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
         self.num_classes = num_classes
         self.in_channels = in_channels
         self.img_size = img_size
         self.hidden = hidden
         self.grid = img_size // 16
-        self.param_dtype = param_dtype
+        self.dtype, self.param_dtype = dtype, param_dtype
         self.hybrid_model = ResNetV2(resnet_units, width, 3 if in_channels == 1 else in_channels,
                                      **kw)
         cin = self.hybrid_model.out_channels
@@ -420,14 +437,15 @@ class TransUNet(nnx.Module):
 
     @classmethod
     def small(cls, num_classes: int, *, in_channels: int = 1, img_size: int = 64,
-              param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> "TransUNet":
+              dtype: Optional[Any] = None, param_dtype: Any = jnp.float32,
+              rngs: nnx.Rngs) -> "TransUNet":
         """A CPU/CI-sized variant (same topology): ``hidden=64``, 2 layers, 2 heads,
         ``mlp_dim=128``, R50 units ``(1, 1, 1)`` with ``width=32``, decoder ``(32, 16, 16, 8)``,
         ``head_channels=64``; ``img_size=64`` by default."""
         return cls(num_classes, in_channels=in_channels, img_size=img_size, hidden=64,
                    num_layers=2, num_heads=2, mlp_dim=128, resnet_units=(1, 1, 1), width=32,
                    decoder_channels=(32, 16, 16, 8), head_channels=64,
-                   param_dtype=param_dtype, rngs=rngs)
+                   dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
     def encode(self, x: Float[Array, "b h w c"]) -> tuple[Float[Array, "b g g d"], list[Array]]:
         """Hybrid encoder: ``(z, skips)`` with ``z`` the normed transformer output on the grid."""
@@ -435,13 +453,17 @@ class TransUNet(nnx.Module):
         if x.shape[1] != self.img_size or x.shape[2] != self.img_size:
             raise ValueError(f"x must be {self.img_size} x {self.img_size} (img_size; the "
                              f"position embeddings fix the grid); got shape {tuple(x.shape)}")
-        x = x.astype(jnp.promote_types(x.dtype, self.param_dtype))
+        x = x.astype(self.dtype if self.dtype is not None
+                     else jnp.promote_types(x.dtype, self.param_dtype))
         if self.in_channels == 1:
             x = jnp.repeat(x, 3, axis=-1)
         h, feats = self.hybrid_model(x)
         h = self.patch_embeddings(h)
         b, g1, g2, d = h.shape
-        t = h.reshape(b, g1 * g2, d) + self.position_embeddings[...]
+        pos = self.position_embeddings[...]
+        if self.dtype is not None:
+            pos = pos.astype(self.dtype)
+        t = h.reshape(b, g1 * g2, d) + pos
         t = self.dropout(t)
         for blk in self.layer:
             t = blk(t)
@@ -450,6 +472,8 @@ class TransUNet(nnx.Module):
 
     def __call__(self, x: Float[Array, "b h w c"]
                  ) -> tuple[Float[Array, "b h w k"], Float[Array, "b g g d"]]:
-        """Return ``(logits (B, H, W, K), encoder features (B, H/16, W/16, hidden))``."""
+        """Return ``(logits (B, H, W, K), encoder features (B, H/16, W/16, hidden))``, both in
+        at least float32."""
         z, feats = self.encode(x)
-        return self.segmentation_head(self.decoder(z, feats)), z
+        logits = self.segmentation_head(self.decoder(z, feats))
+        return at_least_float32(logits), at_least_float32(z)

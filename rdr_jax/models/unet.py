@@ -36,7 +36,7 @@ Parameter count: ``21,284,672`` (encoder) + ``3,151,552`` (decoder) + ``9 * 16 *
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +44,7 @@ from flax import nnx
 from jaxtyping import Array, Float
 
 from rdr_jax import _validation as V
+from rdr_jax.models._precision import at_least_float32, check_dtypes
 from rdr_jax.models.resnet import (ResNet, batch_norm, check_int_tuple, check_nhwc_input,
                                    conv2d)
 
@@ -60,12 +61,13 @@ class UNetDecoderBlock(nnx.Module):
 
     Args:
         cin: channels of the block input. cskip: channels of the skip map (0: no skip).
-        cout: output channels. param_dtype: parameter dtype. rngs: NNX random streams.
+        cout: output channels. dtype: computation dtype (``None``: inferred). param_dtype:
+        parameter dtype. rngs: NNX random streams.
     """
 
-    def __init__(self, cin: int, cskip: int, cout: int, *, param_dtype: Any = jnp.float32,
-                 rngs: nnx.Rngs):
-        kw = dict(param_dtype=param_dtype, rngs=rngs)
+    def __init__(self, cin: int, cskip: int, cout: int, *, dtype: Optional[Any] = None,
+                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.cskip = cskip
         self.conv1 = conv2d(cin + cskip, cout, 3, kernel_init=_decoder_init, **kw)
         self.bn1 = batch_norm(cout, **kw)
@@ -93,8 +95,11 @@ class UNetResNet34(nnx.Module):
         widths: encoder stage widths (default ``(64, 128, 256, 512)``).
         depths: encoder blocks per stage (default ResNet-34 ``(3, 4, 6, 3)``).
         decoder_channels: five decoder widths (default ``(256, 128, 64, 32, 16)``).
-        param_dtype: parameter dtype (float32 default; float64 needs ``jax_enable_x64``);
-            the computation runs in the wider of the input and parameter dtypes.
+        dtype: computation dtype of every layer, e.g. ``jnp.bfloat16`` for mixed precision
+            (``None``, default: the wider of the input and parameter dtypes). The logits and
+            encoder features are returned in at least float32 and the BatchNorm running
+            statistics are kept in at least float32.
+        param_dtype: parameter dtype (float32 default; float64 needs ``jax_enable_x64``).
         rngs: NNX random streams (keyword-only).
 
     Inputs must have ``H`` and ``W`` divisible by 32 (five stride-2 stages), as the reference
@@ -112,7 +117,8 @@ class UNetResNet34(nnx.Module):
                  widths: Sequence[int] = (64, 128, 256, 512),
                  depths: Sequence[int] = (3, 4, 6, 3),
                  decoder_channels: Sequence[int] = (256, 128, 64, 32, 16),
-                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+                 dtype: Optional[Any] = None, param_dtype: Any = jnp.float32,
+                 rngs: nnx.Rngs):
         num_classes = V.check_int("num_classes", num_classes, low=1)
         in_channels = V.check_int("in_channels", in_channels, low=1)
         widths = check_int_tuple("widths", widths, 4)
@@ -120,39 +126,40 @@ class UNetResNet34(nnx.Module):
         decoder_channels = check_int_tuple("decoder_channels", decoder_channels, 5)
         if not isinstance(rngs, nnx.Rngs):
             raise TypeError(f"rngs must be an nnx.Rngs; got {type(rngs).__name__}")
-        param_dtype = V.check_dtype("param_dtype", param_dtype, allow_complex=False)
+        dtype, param_dtype = check_dtypes(dtype, param_dtype)
         self.num_classes = num_classes
         self.in_channels = in_channels
-        self.param_dtype = param_dtype
+        self.dtype, self.param_dtype = dtype, param_dtype
         self.decoder_channels = decoder_channels
         stem_in = 3 if in_channels == 1 else in_channels
         self.encoder = ResNet("basic", depths, widths, in_channels=stem_in, num_classes=None,
-                              param_dtype=param_dtype, rngs=rngs)
+                              dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         enc = self.encoder.feature_channels  # (c1, c2, c3, c4, c5)
         ins = (enc[4],) + decoder_channels[:-1]
         skips = (enc[3], enc[2], enc[1], enc[0], 0)
         self.decoder = nnx.List([
-            UNetDecoderBlock(ci, cs, co, param_dtype=param_dtype, rngs=rngs)
+            UNetDecoderBlock(ci, cs, co, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
             for ci, cs, co in zip(ins, skips, decoder_channels)])
         self.segmentation_head = conv2d(decoder_channels[-1], num_classes, 3, use_bias=True,
-                                        kernel_init=_head_init, param_dtype=param_dtype,
-                                        rngs=rngs)
+                                        kernel_init=_head_init, dtype=dtype,
+                                        param_dtype=param_dtype, rngs=rngs)
         #: channels of the encoder features returned by ``__call__``.
         self.encoder_channels = enc[4]
 
     @classmethod
-    def small(cls, num_classes: int, *, in_channels: int = 1, param_dtype: Any = jnp.float32,
-              rngs: nnx.Rngs) -> "UNetResNet34":
+    def small(cls, num_classes: int, *, in_channels: int = 1, dtype: Optional[Any] = None,
+              param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> "UNetResNet34":
         """A CPU/CI-sized variant (same topology, one block per stage, widths
         ``(8, 16, 32, 64)``, decoder ``(32, 16, 16, 8, 8)``): forward+backward on 64 x 64
         inputs in well under a second."""
         return cls(num_classes, in_channels=in_channels, widths=(8, 16, 32, 64),
                    depths=(1, 1, 1, 1), decoder_channels=(32, 16, 16, 8, 8),
-                   param_dtype=param_dtype, rngs=rngs)
+                   dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x: Float[Array, "b h w c"]
                  ) -> tuple[Float[Array, "b h w k"], Float[Array, "b h32 w32 e"]]:
-        """Return ``(logits (B, H, W, K), encoder features (B, H/32, W/32, widths[-1]))``."""
+        """Return ``(logits (B, H, W, K), encoder features (B, H/32, W/32, widths[-1]))``, both
+        in at least float32."""
         check_nhwc_input(x, self.in_channels)
         if x.shape[1] % 32 or x.shape[2] % 32:
             raise ValueError(f"x must have height and width divisible by 32 (five stride-2 "
@@ -163,4 +170,4 @@ class UNetResNet34(nnx.Module):
         h = f5
         for blk, skip in zip(self.decoder, (f4, f3, f2, f1, None)):
             h = blk(h, skip)
-        return self.segmentation_head(h), f5
+        return at_least_float32(self.segmentation_head(h)), at_least_float32(f5)

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +55,7 @@ from flax import nnx
 from jaxtyping import Array, Float
 
 from rdr_jax import _validation as V
+from rdr_jax.models._precision import at_least_float32, check_dtypes, keep_stats_precise
 
 __all__ = ["WideResNet", "BasicBlock", "conv_init", "linear_init"]
 
@@ -95,21 +96,21 @@ linear_init = _normal_init(1.0, "fan_avg")
 _PAD1 = ((1, 1), (1, 1))  # PyTorch padding=1 (symmetric), also for stride 2
 
 
-def _bn(num_features: int, momentum: float, param_dtype: Any, rngs: nnx.Rngs) -> nnx.BatchNorm:
+def _bn(num_features: int, momentum: float, param_dtype: Any, rngs: nnx.Rngs,
+        dtype: Optional[Any] = None) -> nnx.BatchNorm:
     bn = nnx.BatchNorm(num_features, momentum=1.0 - momentum, epsilon=1e-5,
-                       use_fast_variance=False, param_dtype=param_dtype, rngs=rngs)
+                       use_fast_variance=False, dtype=dtype, param_dtype=param_dtype,
+                       rngs=rngs)
     # Flax creates the running statistics in float32 whatever param_dtype is; keep them in
-    # the parameter dtype so that float64 models are float64 throughout.
-    bn.mean = nnx.BatchStat(jnp.zeros((num_features,), param_dtype))
-    bn.var = nnx.BatchStat(jnp.ones((num_features,), param_dtype))
-    return bn
+    # float64 for float64 models (float32 for float32 and half-precision parameters).
+    return keep_stats_precise(bn, param_dtype)
 
 
 def _conv(cin: int, cout: int, k: int, stride: int, param_dtype: Any,
-          rngs: nnx.Rngs) -> nnx.Conv:
+          rngs: nnx.Rngs, dtype: Optional[Any] = None) -> nnx.Conv:
     return nnx.Conv(cin, cout, (k, k), strides=stride, padding=_PAD1 if k == 3 else "VALID",
-                    use_bias=False, kernel_init=conv_init, param_dtype=param_dtype,
-                    precision=jax.lax.Precision.HIGHEST, rngs=rngs)
+                    use_bias=False, kernel_init=conv_init, dtype=dtype,
+                    param_dtype=param_dtype, precision=jax.lax.Precision.HIGHEST, rngs=rngs)
 
 
 class BasicBlock(nnx.Module):
@@ -124,23 +125,26 @@ class BasicBlock(nnx.Module):
         bn_momentum: PyTorch-convention BatchNorm momentum (Flax ``1 - bn_momentum``).
         leaky_slope: LeakyReLU negative slope.
         dropout: dropout rate between ``act(bn2(.))`` and ``conv2`` (0 disables it).
+        dtype: computation dtype of the layers (``None``: inferred from input and
+            parameters).
         param_dtype: dtype of the parameters.
         rngs: NNX random streams (``params``; ``dropout`` when ``dropout > 0``).
     """
 
     def __init__(self, in_planes: int, out_planes: int, stride: int, *,
                  activate_before_residual: bool = False, bn_momentum: float = 0.001,
-                 leaky_slope: float = 0.1, dropout: float = 0.0,
+                 leaky_slope: float = 0.1, dropout: float = 0.0, dtype: Optional[Any] = None,
                  param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
         self.equal_in_out = in_planes == out_planes
         self.activate_before_residual = bool(activate_before_residual)
         self.leaky_slope = float(leaky_slope)
-        self.bn1 = _bn(in_planes, bn_momentum, param_dtype, rngs)
-        self.conv1 = _conv(in_planes, out_planes, 3, stride, param_dtype, rngs)
-        self.bn2 = _bn(out_planes, bn_momentum, param_dtype, rngs)
-        self.conv2 = _conv(out_planes, out_planes, 3, 1, param_dtype, rngs)
+        self.bn1 = _bn(in_planes, bn_momentum, param_dtype, rngs, dtype)
+        self.conv1 = _conv(in_planes, out_planes, 3, stride, param_dtype, rngs, dtype)
+        self.bn2 = _bn(out_planes, bn_momentum, param_dtype, rngs, dtype)
+        self.conv2 = _conv(out_planes, out_planes, 3, 1, param_dtype, rngs, dtype)
         self.conv_shortcut = (None if self.equal_in_out
-                              else _conv(in_planes, out_planes, 1, stride, param_dtype, rngs))
+                              else _conv(in_planes, out_planes, 1, stride, param_dtype, rngs,
+                                         dtype))
         self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout > 0 else None
 
     def _act(self, x):
@@ -185,9 +189,13 @@ class WideResNet(nnx.Module):
             ``momentum = 0.999``).
         leaky_slope: LeakyReLU negative slope (0.1), >= 0.
         dropout: dropout rate in [0, 1) inside each block (0: no Dropout layers).
+        dtype: computation dtype of every layer (extension of the reference signature), e.g.
+            ``jnp.bfloat16`` for mixed precision with float32 parameters; ``None`` (default):
+            the computation promotes to the wider of the input and parameter dtypes. Features
+            and logits are returned in at least float32, BatchNorm running statistics are kept
+            in at least float32.
         param_dtype: dtype of the parameters (extension of the reference signature; float32
-            by default, float64 needs ``jax_enable_x64``). Computation promotes to the wider of
-            the input and parameter dtypes.
+            by default, float64 needs ``jax_enable_x64``; bfloat16 / float16 allowed).
         rngs: NNX random streams (keyword-only).
 
     Example:
@@ -202,7 +210,8 @@ class WideResNet(nnx.Module):
 
     def __init__(self, num_classes: int, depth: int = 28, widen_factor: int = 2, *,
                  in_channels: int = 3, bn_momentum: float = 0.001, leaky_slope: float = 0.1,
-                 dropout: float = 0.0, param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+                 dropout: float = 0.0, dtype: Optional[Any] = None,
+                 param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
         num_classes = V.check_int("num_classes", num_classes, low=1)
         depth = V.check_int("depth", depth, low=10)
         if (depth - 4) % 6 != 0:
@@ -222,8 +231,9 @@ class WideResNet(nnx.Module):
                 raise ValueError(f"{name} must be in {lb}{lo}, {hi}{rb}; got {val}")
         if not isinstance(leaky_slope, (int, float, np.floating)) or leaky_slope < 0:
             raise ValueError(f"leaky_slope must be a float >= 0; got {leaky_slope!r}")
-        param_dtype = V.check_dtype("param_dtype", param_dtype, allow_complex=False)
+        dtype, param_dtype = check_dtypes(dtype, param_dtype)
 
+        self.dtype, self.param_dtype = dtype, param_dtype
         self.num_classes = num_classes
         self.depth = depth
         self.widen_factor = widen_factor
@@ -233,9 +243,9 @@ class WideResNet(nnx.Module):
         self.num_features = channels[3]
         n = (depth - 4) // 6
         kw = dict(bn_momentum=float(bn_momentum), leaky_slope=float(leaky_slope),
-                  dropout=float(dropout), param_dtype=param_dtype, rngs=rngs)
+                  dropout=float(dropout), dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
-        self.conv1 = _conv(in_channels, channels[0], 3, 1, param_dtype, rngs)
+        self.conv1 = _conv(in_channels, channels[0], 3, 1, param_dtype, rngs, dtype)
 
         def group(cin, cout, stride, abr):
             return nnx.List([BasicBlock(cin if i == 0 else cout, cout, stride if i == 0 else 1,
@@ -245,10 +255,11 @@ class WideResNet(nnx.Module):
         self.block1 = group(channels[0], channels[1], 1, True)
         self.block2 = group(channels[1], channels[2], 2, False)
         self.block3 = group(channels[2], channels[3], 2, False)
-        self.bn1 = _bn(channels[3], float(bn_momentum), param_dtype, rngs)
+        self.bn1 = _bn(channels[3], float(bn_momentum), param_dtype, rngs, dtype)
         self.fc = nnx.Linear(channels[3], num_classes, kernel_init=linear_init,
-                             bias_init=jax.nn.initializers.zeros, param_dtype=param_dtype,
-                             precision=jax.lax.Precision.HIGHEST, rngs=rngs)
+                             bias_init=jax.nn.initializers.zeros, dtype=dtype,
+                             param_dtype=param_dtype, precision=jax.lax.Precision.HIGHEST,
+                             rngs=rngs)
 
     def _check_input(self, x) -> None:
         if not hasattr(x, "shape") or not hasattr(x, "dtype"):
@@ -265,15 +276,16 @@ class WideResNet(nnx.Module):
 
     def features(self, x: Float[Array, "b h w c"]) -> Float[Array, "b f"]:
         """Pooled penultimate features ``mean_{h,w} act(bn1(block3(...)))``, shape
-        ``(B, 64 * widen_factor)`` (128 for WRN-28-2): the input of the classifier ``fc``.
+        ``(B, 64 * widen_factor)`` (128 for WRN-28-2): the input of the classifier ``fc``; in
+        at least float32.
         """
         self._check_input(x)
         out = self.conv1(x)
         for blk in (*self.block1, *self.block2, *self.block3):
             out = blk(out)
         out = jax.nn.leaky_relu(self.bn1(out), negative_slope=self.leaky_slope)
-        return jnp.mean(out, axis=(1, 2))
+        return at_least_float32(jnp.mean(out, axis=(1, 2)))
 
     def __call__(self, x: Float[Array, "b h w c"]) -> Float[Array, "b k"]:
-        """Logits ``fc(features(x))`` of shape ``(B, num_classes)``."""
-        return self.fc(self.features(x))
+        """Logits ``fc(features(x))`` of shape ``(B, num_classes)``, in at least float32."""
+        return at_least_float32(self.fc(self.features(x)))

@@ -4,8 +4,9 @@ A chapter supplies only its loss/step function and its config; everything else i
 
 * :mod:`~rdr_jax.training.state` -- :class:`TrainState` (one pytree: step, params, model
   variables, optimizer state, chapter extras), :func:`split_model` / :func:`merge_apply`
-  (NNX model <-> pytrees), :func:`apply_gradients`, the optimizer :func:`sgd` and the weight
-  average :func:`param_ema` / :func:`eval_params`;
+  (NNX model <-> pytrees), :func:`apply_gradients`, the optimizer :func:`sgd`, the weight
+  average :func:`param_ema` / :func:`eval_params` and :func:`compute_dtype` (a config's
+  ``dtype`` field);
 * :mod:`~rdr_jax.training.loop` -- :func:`fit`, the loop (jitted once, data-parallel,
   metrics fetched once per ``log_every`` steps, orbax checkpoint/resume, evaluation hook,
   tqdm bar);
@@ -28,13 +29,13 @@ from rdr_jax.training.loop import (BatchSource, CompiledStep, FitResult, LoopCon
 from rdr_jax.training.metrics import MetricsFile, plot_metrics, read_metrics
 from rdr_jax.training.parallel import (batch_sharding, make_mesh, replicated, shard_batch,
                                        state_mesh)
-from rdr_jax.training.state import (ModelGraph, ParamEmaState, TrainState, apply_gradients,
-                                    eval_params, init_train_state, merge_apply, param_ema, sgd,
-                                    split_model)
+from rdr_jax.training.state import (COMPUTE_DTYPES, ModelGraph, ParamEmaState, TrainState,
+                                    apply_gradients, compute_dtype, eval_params,
+                                    init_train_state, merge_apply, param_ema, sgd, split_model)
 
-__all__ = ["BatchSource", "CompiledStep", "FitResult", "LoopConfig", "MetricsFile",
-           "ModelGraph", "ParamEmaState", "TrainState", "apply_gradients", "batch_sharding",
-           "eval_params", "fit", "init_train_state", "jit_train_step", "make_mesh",
-           "merge_apply", "param_ema", "plot_metrics", "read_metrics", "replicated",
-           "restore_checkpoint", "save_checkpoint", "sgd", "shard_batch", "split_model",
-           "state_mesh"]
+__all__ = ["BatchSource", "COMPUTE_DTYPES", "CompiledStep", "FitResult", "LoopConfig",
+           "MetricsFile", "ModelGraph", "ParamEmaState", "TrainState", "apply_gradients",
+           "batch_sharding", "compute_dtype", "eval_params", "fit", "init_train_state",
+           "jit_train_step", "make_mesh", "merge_apply", "param_ema", "plot_metrics",
+           "read_metrics", "replicated", "restore_checkpoint", "save_checkpoint", "sgd",
+           "shard_batch", "split_model", "state_mesh"]

@@ -14,7 +14,9 @@ once, shards them with ``jax.sharding`` and checkpoints them with orbax.
 * :func:`sgd` -- SGD with momentum and coupled weight decay (``torch.optim.SGD``), optionally
   wrapped in :func:`param_ema`, the exponential moving average of the weights that FixMatch
   evaluates (Sohn et al. 2020; decay 0.999 in the reference code);
-* :func:`eval_params` -- the parameters evaluation uses (the EMA when there is one).
+* :func:`eval_params` -- the parameters evaluation uses (the EMA when there is one);
+* :func:`compute_dtype` -- the model computation dtype a config's ``dtype`` field names
+  (``"float32"`` or ``"bfloat16"``; parameters stay float32 either way).
 
 Example:
     >>> from flax import nnx
@@ -31,12 +33,43 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jaxtyping import Array, Int
 
-__all__ = ["ModelGraph", "ParamEmaState", "TrainState", "apply_gradients", "eval_params",
-           "init_train_state", "merge_apply", "param_ema", "sgd", "split_model"]
+__all__ = ["COMPUTE_DTYPES", "ModelGraph", "ParamEmaState", "TrainState", "apply_gradients",
+           "compute_dtype", "eval_params", "init_train_state", "merge_apply", "param_ema", "sgd",
+           "split_model"]
+
+#: the values a training config's ``dtype`` field (the models' computation dtype) may take
+COMPUTE_DTYPES = ("float32", "bfloat16")
+
+
+def compute_dtype(value: Any = "float32", name: str = "dtype") -> np.dtype:
+    """The computation dtype named by a training config's ``dtype`` field.
+
+    ``"float32"`` (default; ``None`` means the same) or ``"bfloat16"`` (or the dtypes
+    themselves). The trainers pass it to the model as Flax's ``dtype``: parameters, BatchNorm
+    statistics, softmax and the losses stay in float32.
+
+    Raises:
+        ValueError: any other value (the message names the allowed ones).
+
+    Example:
+        >>> compute_dtype("bfloat16")
+        dtype(bfloat16)
+    """
+    if value is None:
+        value = "float32"
+    try:
+        label = value if isinstance(value, str) else jnp.dtype(value).name
+    except (TypeError, ValueError):
+        label = None
+    if label not in COMPUTE_DTYPES:
+        raise ValueError(f"{name} must be one of {COMPUTE_DTYPES} (the models' computation "
+                         f"dtype); got {value!r}")
+    return np.dtype(jnp.dtype(label))
 
 
 class ModelGraph(NamedTuple):
