@@ -50,15 +50,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from rdr_jax import _jit
+from rdr_jax import _linalg as L
 from rdr_jax import _validation as V
 from rdr_jax import certify as CE
 from rdr_jax import fixed_accuracy as FA
 from rdr_jax import pivoting as P
+from rdr_jax import selection as SL
+from rdr_jax import sketching
 from rdr_jax._tallqr import as_orthonormalizer
 from rdr_jax.operators import HIGHEST, DenseOperator, LinearOperator, SparseOperator, as_operator
 from rdr_jax.randomized_svd import RSVD
-from rdr_jax.selection import (LUPP, Method, check_rank, pivot_columns, pivot_rows,
-                               resolve_method, sketch_size)
+from rdr_jax.selection import LUPP, SRCUR, Method, check_rank, resolve_method, sketch_size
 
 __all__ = ["ColumnID", "RowID", "TwoSidedID", "CUR", "interpolative", "cur", "id_to_svd"]
 
@@ -196,135 +198,78 @@ class CUR(NamedTuple):
 # --------------------------------------------------------------------------------------
 # building blocks (traceable)
 # --------------------------------------------------------------------------------------
-def _gram_path(C) -> bool:
-    """Use the Gram matrix instead of Householder QR for very tall 64-bit C.
-
-    XLA's CPU Householder QR of a 10^6 x 200 matrix takes minutes; the Gram route
-    (``C^H C``, CholeskyQR-equivalent) costs one GEMM and is accurate to ``~eps cond(C)^2``
-    -- fine in float64 for cond(C) < ~1e6. Chosen statically by size (``m k^2 > 2^33``) and
-    only for 64-bit dtypes; smaller or float32 problems use QR.
-    """
-    m, k = C.shape
-    return m * k * k > 2 ** 33 and np.dtype(C.dtype).itemsize * (
-        2 if np.dtype(C.dtype).kind == "f" else 1) >= 16
+def _blocks(method: Method) -> int:
+    """Row blocks of the tall triangular solves: the number of row shards of A when the
+    method's orthonormaliser was resolved for a row-sharded input (no gather of C)."""
+    ortho = as_orthonormalizer(method.orthonormalize)
+    return getattr(ortho, "blocks", 1)
 
 
-def _numerical_rank(r, m):
-    """Numerical rank from the singular values (or |diag R| of a QR) ``r`` of an m x k block:
-    ``#{r_i > eps max(m, k) max r}`` (0 for a zero block)."""
-    eps = jnp.finfo(r.dtype).eps
-    thr = jnp.max(r) * eps * max(m, r.shape[0])
-    return jnp.sum(r > thr).astype(jnp.int32)
+def _c_preconditioner(key, op, C, R, sz: SL.Sizes):
+    """The triangular preconditioner of the skeleton block C: the factor ``R`` of its
+    sketch when the pivots came from an oblivious sketch (free), else the damped factor of
+    a fresh Gaussian sketch ``Gamma_c C`` (lb x kb, HIGHEST; one more geqrf)."""
+    if R is not None:
+        return R
+    S = sketching.Gaussian().draw(key, sz.lb, C.shape[0], dtype=C.dtype)
+    Y = SL._unit_scale(S.apply_dense(C, precision=HIGHEST))
+    Y = jnp.where((jnp.arange(sz.lb) < sz.l)[:, None] & sz.valid()[None, :], Y, 0)
+    return L.sketch_qr(L.damped_block(Y, sz.valid(), sz.k, sz.l), with_inverse=False)[0]
 
 
-def _tall_qr(C, ortho=None):
-    """Thin QR of the tall skeleton block C: Householder, or ``ortho``'s (the method's
-    resolved orthonormaliser: :class:`rdr_jax._tallqr.CholeskyQR2` when A's rows are sharded,
-    so that C -- row-sharded like A -- is never gathered)."""
-    return as_orthonormalizer("householder" if ortho is None else ortho).qr(C)  # "auto": HH
+def _unit(C):
+    """``(C 2^-e, 2^-e)``: C rescaled by a power of two (exact) so that its Gram cannot
+    over- or underflow."""
+    mx = jnp.max(jnp.abs(C))
+    e = jnp.where(mx > 0, jnp.floor(jnp.log2(jnp.where(mx > 0, mx, 1.0))), 0.0)
+    s = jnp.exp2(-e).astype(C.dtype)
+    return C * s, s
 
 
-def _skeleton_qr(C, ortho=None, G=None):
-    """``(Q, R_C, numerical rank)`` of the skeleton block C (Gram route for huge C, which
-    reuses ``G = C^H C`` when the caller already formed it)."""
-    if _gram_path(C):
-        G = _mm(C.conj().T, C) if G is None else G
-        sv = jnp.sqrt(jnp.maximum(jnp.linalg.eigvalsh(G), 0.0))
-        return None, G, _numerical_rank(sv, C.shape[0])
-    Q, Rc = _tall_qr(C, ortho)
-    return Q, Rc, _numerical_rank(jnp.abs(jnp.diagonal(Rc)), C.shape[0])
+def _exact_coefficients(op, C, J, P, sz: SL.Sizes, blocks: int = 1):
+    """``W = C^+ A`` (Eq. ``eq:def_column_id``, the best coefficients for these skeletons)
+    by right-preconditioned CholeskyQR (:func:`rdr_jax._linalg.precond_qr`):
+    ``C = Q R``, ``W = R^{-1} Z Q^H A``, ``Z ~ (Q^H Q)^{-1}``. Returns ``(W, numerical
+    rank of C)``; rows of W past k are zero and ``W(:, cols) = I`` on the valid block."""
+    valid = sz.valid()
+    Cn, s = _unit(C)
+    Q, R, Z, nr = L.precond_qr(Cn, P, valid, blocks)
+    B = op.rmatmat(Q * s).conj().T                                   # 2^-e Q^H A (kb x n)
+    W = L.solve_triangular(R, L.mm(Z, B), left=True, lower=False)
+    W = jnp.where(valid[:, None], W, 0)
+    return SL._with_identity(W, J, valid), nr
 
 
-#: the normal-equations route of :func:`_exact_col_interp` is taken when the estimate of
-#: ``u k cond(C)^2`` is below this (its forward error in W is ``~u cond(C)^2``)
-_NORMAL_EQ_TOL = 1e-9
-
-
-def _gram_cond2(G, L, iters: int = 4):
-    """Estimate of ``cond(C)^2 = lambda_max(G) / lambda_min(G)`` for ``G = C^H C = L L^H``:
-    ``trace(G)`` (>= lambda_max) times a power-iteration estimate of ``lambda_max(G^{-1})``
-    (two k x k triangular solves per step). Non-finite when the Cholesky failed."""
-    k = G.shape[0]
-    v = jnp.cos(1.7 * jnp.arange(k) + 0.3).astype(G.dtype)[:, None]   # fixed, dense start
-    lam = jnp.ones((), V.real_dtype(G.dtype))
-    for _ in range(iters):
-        y = jax.lax.linalg.triangular_solve(L, v, left_side=True, lower=True)
-        x = jax.lax.linalg.triangular_solve(L, y, left_side=True, lower=True,
-                                            transpose_a=True, conjugate_a=True)
-        lam = jnp.linalg.norm(x) / jnp.linalg.norm(v)
-        v = x / jnp.linalg.norm(x)
-    return jnp.real(jnp.trace(G)) * lam
-
-
-def _exact_col_interp(op: LinearOperator, C, J, ortho=None, speculate: bool = False):
-    """``W = C^+ A`` (Eq. ``eq:def_column_id``, exact coefficients; one pass over A).
-    Returns ``(W, numerical rank of C, ok)``.
-
-    * Well-conditioned 64-bit C (estimated ``u k cond(C)^2 <= 1e-9``, see
-      :func:`_gram_cond2`): the normal equations ``W = L^{-H} L^{-1} (C^H A)`` with
-      ``C^H C = L L^H`` -- one k x k Cholesky, one GEMM ``C^H A`` and two triangular solves;
-      forward error ``~u cond(C)^2 <= 1e-9 / k``. About 20% faster than the QR route on the
-      4000 x 200 skeleton of ``experiments/bench_cur.py``, and no tall QR at all (nothing
-      to gather when A's rows are sharded).
-    * Otherwise (float32, ill-conditioned C, k above the numerical rank of A):
-      ``W = R_C^+ Q_C^H A`` from a QR of C (Householder, or the method's CholeskyQR2 on
-      row-sharded A); the pseudo-inverse of the small factor stays finite when R_C is
-      singular. For very tall 64-bit C, ``W = (C^H C)^+ (C^H A)``.
-
-    A ``lax.cond`` picks the route at run time (under ``vmap`` both run). ``speculate=True``
-    (the first call's quick tier, ``rdr_jax._jit``) traces the normal-equations route only
-    and returns its precondition as ``ok`` (False: the caller reruns the full program);
-    otherwise ``ok`` is True."""
-    k = C.shape[1]
-
-    def qr_route(G=None):
-        Q, Rc, nr = _skeleton_qr(C, ortho, G)
-        if Q is None:
-            return _mm(jnp.linalg.pinv(Rc, hermitian=True), op.rmatmat(C).conj().T), nr
-        return _mm(jnp.linalg.pinv(Rc), op.rmatmat(Q).conj().T), nr     # R_C^+ Q^H A
-
-    ok = True
-    if np.finfo(V.real_dtype(C.dtype)).bits < 64:
-        W, nr = qr_route()
-    else:
-        G = _mm(C.conj().T, C)
-        L = jnp.linalg.cholesky(G)
-        est = _gram_cond2(G, L) * (np.finfo(V.real_dtype(C.dtype)).eps * k)
-        ok = jnp.all(jnp.isfinite(L)) & (est <= _NORMAL_EQ_TOL)
-
-        def normal_route():
-            B = op.rmatmat(C).conj().T                                   # C^H A (k x n)
-            Y = jax.lax.linalg.triangular_solve(L, B, left_side=True, lower=True)
-            W = jax.lax.linalg.triangular_solve(L, Y, left_side=True, lower=True,
-                                                transpose_a=True, conjugate_a=True)
-            return W, jnp.asarray(k, jnp.int32)
-
-        if speculate:
-            W, nr = normal_route()
-        else:
-            W, nr = jax.lax.cond(ok, normal_route, lambda: qr_route(G))
-            ok = True
-    return W.at[:, J].set(jnp.eye(J.shape[0], dtype=W.dtype)), nr, ok
-
-
-def _stable_cur_U(op: LinearOperator, C, R, ortho=None):
-    """``U = C^+ A R^+`` via QR of C and R^H (Eq. ``eq:cur_stable``):
-    ``U = R_C^+ (Q_C^H A Q_R) R_R^{+H}``; for very tall 64-bit factors,
-    ``U = (C^H C)^+ (C^H A R^H) (R R^H)^+`` (one GEMM per Gram). Returns ``(U, numerical
-    rank of C)``."""
-    if _gram_path(C) or _gram_path(R.conj().T):
-        gram_C = jnp.matmul(C.conj().T, C, precision=HIGHEST)
-        sv = jnp.sqrt(jnp.maximum(jnp.linalg.eigvalsh(gram_C), 0.0))
-        GR = jnp.matmul(R, R.conj().T, precision=HIGHEST)
-        Mid = _mm(C.conj().T, op.matmat(R.conj().T))           # C^H A R^H (k x k)
-        U = _mm(jnp.linalg.pinv(gram_C, hermitian=True),
-                _mm(Mid, jnp.linalg.pinv(GR, hermitian=True)))
-        return U, _numerical_rank(sv, C.shape[0])
-    Qc, Rc = _tall_qr(C, ortho)
-    Qr, Rr = jnp.linalg.qr(R.conj().T, mode="reduced")
-    M = _mm(Qc.conj().T, op.matmat(Qr))                          # Q_C^H A Q_R (k x k)
-    U = _mm(jnp.linalg.pinv(Rc), _mm(M, jnp.linalg.pinv(Rr).conj().T))
-    return U, _numerical_rank(jnp.abs(jnp.diagonal(Rc)), C.shape[0])
+def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, extra_left=(), blocks: int = 1):
+    """``U = C^+ A R^+`` (Eq. ``eq:cur_stable``) from preconditioned CholeskyQR of C and
+    ``R^H`` in one batch (:func:`rdr_jax._linalg.precond_qr`, ``C = Q_C R_C``,
+    ``R^H = Q_R R_R``): ``U = R_C^{-1} Z_C (Q_C^H A Q_R) Z_R R_R^{-H}``. ``PC``, ``PR``:
+    triangular preconditioners of C and ``R^H``. ``extra_left``: further ``(a, b)`` upper
+    triangular left solves batched with the first solve of U (their results are returned).
+    Returns ``(U, numerical rank of C, extra results)``."""
+    m, n = op.shape
+    valid = sz.valid()
+    Cn, sc = _unit(C)
+    Rn, sr = _unit(Rm.conj().T)                                      # R^H, n x kb
+    if blocks > 1:          # C row-sharded like A: its solves stay local (no padding)
+        (Qc, Rc, Zc, nr), (Qr, Rr, Zr, _) = (L.precond_qr(Cn, PC, valid, blocks),
+                                             L.precond_qr(Rn, PR, valid))
+    else:                   # one batch: every small factorisation is a single library call
+        Q, Rf, Z, nrs = L.precond_qr(L.stack_padded([Cn, Rn]), jnp.stack([PC, PR]), valid)
+        (Qc, Rc, Zc), (Qr, Rr, Zr) = (Q[0, :m], Rf[0], Z[0]), (Q[1, :n], Rf[1], Z[1])
+        nr = nrs[0]
+    Qc, Qr = Qc * sc, Qr * sr
+    Mid = L.mm(Qc.conj().T, op.matmat(Qr))                           # Q_C^H A Q_R (kb x kb)
+    N = L.mm(Zc, L.mm(Mid, Zr))
+    lefts = [(Rc, N)] + list(extra_left)
+    width = max(b.shape[-1] for _, b in lefts)
+    sol = L.solve_triangular(jnp.stack([a for a, _ in lefts]),
+                             jnp.stack([L.pad_to(b, (b.shape[0], width)) for _, b in lefts]),
+                             left=True, lower=False)
+    U = L.solve_triangular(Rr, sol[0][:, :N.shape[1]], left=False, lower=False, trans=True)
+    U = jnp.where(valid[:, None] & valid[None, :], U, 0)
+    extra = [sol[i + 1][:, :b.shape[1]] for i, (_, b) in enumerate(extra_left)]
+    return U, nr, extra
 
 
 def _scaled_fro(E):
@@ -398,35 +343,54 @@ class _Options:
     side: str = "column"
     certify: bool = False
     delta: Optional[float] = None     # error certificate at failure probability delta
-    #: the first call's quick tier (rdr_jax._jit): trace only the fast route of the exact
-    #: coefficients and return ``(result, ok)``; ``ok`` False means "rerun in full"
-    speculate: bool = False
 
 
 # --------------------------------------------------------------------------------------
-# the pipeline, top to bottom (one jitted function per call signature)
+# the pipeline, top to bottom (one jitted function per call signature and rank bucket)
 # --------------------------------------------------------------------------------------
-def _column_id(key, op, k, l, opts: _Options):
+def _column_id(key, op, sz: SL.Sizes, opts: _Options):
+    """Column (or two-sided) ID padded to the bucket ``sz.kb``: Lines 1-3, the exact or
+    sketch coefficients, and for two-sided Line 4 on C."""
     method = opts.method
-    certifiable = isinstance(op, (DenseOperator, SparseOperator))
-    k1, k2 = jax.random.split(key)
-    # Lines 1-3: sketch, row-basis approximator, column pivots (+ sketch interpolation)
-    J, Wsk, eta, Uk = pivot_columns(k1, op, k, l, method,
-                                    method.interp == "sketch" or opts.certify, opts.speculate)
-    C = op.cols(J)
-    # the interpolation matrix
-    ok = True
+    valid = sz.valid()
+    k1, k2, k3 = jax.random.split(key, 3)
+    pb = SL.pivot_block(k1, op, sz, method)                             # Lines 1-3
+    J = pb.cols
+    C = jnp.where(valid[None, :], op.cols(J), 0)
+    R_s, Qt = L.sketch_qr(SL.damped_pivot_block(pb, sz))
+    two = opts.side == "two_sided"
+    lu = SL.lu_rows(C, sz) if two and type(method.pivot) is LUPP else None
+    # X_1^+ (and L_1^{-H} for the rows) in one batched solve
+    pinv = L.pseudo_inverse_system(R_s, Qt, valid, L.damping(pb.X1, sz.k, sz.l))
+    lefts = [pinv] + ([SL.l1_inverse_rhs(lu)] if lu is not None else [])
+    width = max(b.shape[-1] for _, b in lefts)
+    sol = L.solve_triangular(jnp.stack([a for a, _ in lefts]),
+                             jnp.stack([L.pad_to(b, (b.shape[0], width)) for _, b in lefts]),
+                             left=True, lower=False)
+    piv = SL.finish_columns(pb, R_s, Qt, sol[0][:, :Qt.shape[1]], sz, method)
+    J = piv.cols                                                          # SRCUR: swapped
+    if type(method.pivot) is SRCUR:
+        C = jnp.where(valid[None, :], op.cols(J), 0)
+    need_T = method.interp == "sketch" or opts.certify
+    T = SL.sketch_interpolation(piv, valid) if need_T else None
     if method.interp == "exact":
-        W, nr, ok = _exact_col_interp(op, C, J, method.orthonormalize, opts.speculate)
+        P = _c_preconditioner(k3, op, C, piv.R, sz)
+        W, nr = _exact_coefficients(op, C, J, P, sz, _blocks(method))
     else:
-        W, nr = Wsk, _skeleton_qr(C)[2]
-    bound = eta * _row_space_residual_fro(op, Wsk) if opts.certify and certifiable else None
-    rank = jnp.asarray(k, jnp.int32)
-    if opts.side == "column":
-        return ColumnID(J, C, W, eta, rank, nr, bound), ok
-    # Line 4 (two-sided): rows of C
-    I, Wr, eta_r, _ = pivot_rows(k2, C, k, method, Uk, True)
-    return TwoSidedID(I, J, Wr, C[I], W, eta, eta_r, rank, nr, bound), ok
+        W = T
+        P = piv.R if piv.R is not None else _c_preconditioner(k3, op, C, None, sz)
+        nr = L.numerical_rank(P, valid, C.shape[0])
+    certifiable = isinstance(op, (DenseOperator, SparseOperator))
+    bound = piv.eta * _row_space_residual_fro(op, T) if opts.certify and certifiable else None
+    rank = jnp.asarray(sz.k, jnp.int32)
+    if not two:
+        return ColumnID(J, C, W, piv.eta, rank, nr, bound)
+    if lu is not None:                                                     # Line 4
+        rp = SL.rows_from_lu(lu, L.ct(sol[1][:, :sz.kb]), sz)
+    else:
+        rp = SL.pivot_rows(k2, C, sz, method, piv.Uk)
+    S = jnp.where(valid[:, None], C[rp.rows], 0)
+    return TwoSidedID(rp.rows, J, rp.W, S, W, piv.eta, rp.eta, rank, nr, bound)
 
 
 def _with_certificate(res, key, op, delta):
@@ -436,43 +400,69 @@ def _with_certificate(res, key, op, delta):
     return res._replace(error_certificate=CE.certify_result(key, op, res.factors(), delta))
 
 
-def _speculative_options(opts: _Options) -> _Options:
-    return dataclasses.replace(opts, speculate=True)
-
-
-@functools.partial(_jit.jit, static_argnames=("k", "l", "opts"), quick_first=_jit.sketch_work,
-                   speculative={"opts": _speculative_options})
-def _interpolative(key, op, k, l, opts: _Options):
+@functools.partial(_jit.jit, static_argnames=("kb", "lb", "opts"))
+def _interpolative(key, op, k, l, kb, lb, opts: _Options):
+    sz = SL.Sizes(k, l, kb, lb)
     if opts.side == "row":
-        res, ok = _column_id(key, op.H, k, l, dataclasses.replace(opts, side="column"))
+        res = _column_id(key, op.H, sz, dataclasses.replace(opts, side="column"))
         res = RowID(res.cols, res.W.conj().T, res.C.conj().T, res.eta, res.rank,
                     res.numerical_rank, res.bound)
     else:
-        res, ok = _column_id(key, op, k, l, opts)
-    res = _with_certificate(res, key, op, opts.delta)
-    if not opts.speculate:
-        return res
-    # the quick tier's answer stands only for a well-posed problem: a numerically rank-
-    # deficient skeleton (k above the rank of A) or a NaN eta is rerun in full, where the
-    # last-bit differences of the quick executable could be amplified
-    return res, ok & (res.numerical_rank == res.rank) & jnp.isfinite(res.eta)
+        res = _column_id(key, op, sz, opts)
+    return _with_certificate(res, key, op, opts.delta)
 
 
-@functools.partial(_jit.jit, static_argnames=("k", "l", "opts"), quick_first=_jit.sketch_work)
-def _cur(key, op, k, l, opts: _Options):
+@functools.partial(_jit.jit, static_argnames=("kb", "lb", "opts"))
+def _cur(key, op, k, l, kb, lb, opts: _Options):
+    sz = SL.Sizes(k, l, kb, lb)
     method = opts.method
+    valid = sz.valid()
     certify = opts.certify and isinstance(op, (DenseOperator, SparseOperator))
-    k1, k2 = jax.random.split(key)
-    J, Wsk, eta, Uk = pivot_columns(k1, op, k, l, method, certify)     # Lines 1-3
-    C = op.cols(J)
-    I, _, eta_r, _ = pivot_rows(k2, C, k, method, Uk, False)             # Line 4
-    R = op.rows(I)
-    U, nr = _stable_cur_U(op, C, R, method.orthonormalize)           # Eq. eq:cur_stable
+    k1, k2, k3 = jax.random.split(key, 3)
+    pb = SL.pivot_block(k1, op, sz, method)                               # Lines 1-3
+    srcur = type(method.pivot) is SRCUR
+    if srcur:                     # the swaps need T before the skeleton block is known
+        piv = SL.pivot_columns(k1, op, sz, method)
+        pb = pb._replace(cols=piv.cols)
+    J = pb.cols
+    C = jnp.where(valid[None, :], op.cols(J), 0)
+    lupp = type(method.pivot) is LUPP
+    if lupp:                                                              # Line 4
+        lu = SL.lu_rows(C, sz)
+        I = lu.rows
+    else:
+        rp = SL.pivot_rows(k2, C, sz, method, pb.Uk)
+        I = rp.rows
+    Rm = jnp.where(valid[:, None], op.rows(I), 0)
+    # triangular factors of the damped sketch pivot block (preconditions C, gives X_1^+) and
+    # of the damped S^H, S = A(rows, cols) (preconditions R^H): one batched Householder call
+    S_H = jnp.where(valid[:, None] & valid[None, :], C[I], 0).conj().T
+    blocks = [SL.damped_pivot_block(pb, sz)]
+    if not srcur:
+        blocks.append(L.damped_block(SL._unit_scale(S_H), valid, sz.k, sz.k))
+    Rb, Qtb = L.sketch_qr(L.stack_padded(blocks))
+    R_s, Qt = Rb[0], Qtb[0][:, :pb.X1.shape[0]]
+    PR = Rb[1] if not srcur else L.sketch_qr(
+        L.damped_block(SL._unit_scale(S_H), valid, sz.k, sz.k), with_inverse=False)[0]
+    PC = _c_preconditioner(k3, op, C, R_s if pb.oblivious else None, sz)
+    extra = [] if srcur else [L.pseudo_inverse_system(R_s, Qt, valid,
+                                                      L.damping(pb.X1, sz.k, sz.l))]
+    if lupp:
+        extra.append(SL.l1_inverse_rhs(lu))
+    U, nr, sols = _stable_cur_U(op, C, Rm, PC, PR, sz, extra, _blocks(method))
+    if srcur:
+        eta = piv.eta
+        Wsk = piv.T
+    else:
+        cp = SL.finish_columns(pb, R_s, Qt, sols[0], sz, method)
+        eta = cp.eta
+        Wsk = SL.sketch_interpolation(cp, valid) if certify else None
+    eta_r = SL.rows_from_lu(lu, L.ct(sols[-1]), sz).eta if lupp else rp.eta
     bound = None
     if certify:
         bound = jnp.sqrt(1.0 + eta_r ** 2) * eta * _row_space_residual_fro(op, Wsk)
-    rank = jnp.asarray(k, jnp.int32)
-    return _with_certificate(CUR(I, J, C, U, R, eta, eta_r, rank, nr, bound), key, op,
+    rank = jnp.asarray(sz.k, jnp.int32)
+    return _with_certificate(CUR(I, J, C, U, Rm, eta, eta_r, rank, nr, bound), key, op,
                              opts.delta)
 
 
@@ -498,13 +488,16 @@ def _interpolative_tol(key, op, tol, opts: _TolOptions):
                                        block_size=opts.block_size, max_rank=opts.max_rank,
                                        confidence=confidence)
     J, rank, est, eb = sel.cols, sel.rank, sel.error_estimate, sel.error_bound
-    valid = jnp.arange(J.shape[0]) < rank
+    r = J.shape[0]
+    valid = jnp.arange(r) < rank
     C = jnp.where(valid[None, :], target.cols(J), 0)
-    eta = P.eta_from_interpolation(sel.W)
+    eta = L.interpolation_norm_bound(L.gram(L.ct(sel.W)), valid)
     if opts.interp == "sketch":
         W = sel.W
+        nr = L.numerical_rank(jnp.linalg.qr(SL._unit_scale(C), mode="r"), valid, C.shape[0])
     else:
-        rank_x, W, rel = FA.exact_prefix(target, J, C, rank, tol, estimate=jnp.nan)
+        rank_x, W, rel, Rc = FA.exact_prefix(target, J, C, rank, tol, estimate=jnp.nan,
+                                              return_factor=True)
         exact = ~jnp.isnan(rel)          # the prefix errors were computed exactly
         est = jnp.where(exact, rel, est)
         if eb is None:
@@ -513,10 +506,10 @@ def _interpolative_tol(key, op, tol, opts: _TolOptions):
             W = jnp.where(exact, W, sel.W)
             rank = jnp.where(exact, rank_x, rank)
             eb = jnp.where(exact, rel, eb)
-        valid = jnp.arange(J.shape[0]) < rank
+        valid = jnp.arange(r) < rank
         J = jnp.where(valid, J, 0)
         C = jnp.where(valid[None, :], C, 0)
-    nr = _skeleton_qr(C)[2]
+        nr = L.numerical_rank(Rc, valid, C.shape[0])
     if side == "row":
         res = RowID(J, W.conj().T, C.conj().T, eta, rank, nr, None, est, eb)
         return _with_certificate(res, key, op, opts.delta)
@@ -524,25 +517,27 @@ def _interpolative_tol(key, op, tol, opts: _TolOptions):
         return _with_certificate(ColumnID(J, C, W, eta, rank, nr, None, est, eb), key, op,
                                  opts.delta)
     # two-sided: LUPP on the valid columns of C (padding columns are zero; the first `rank`
-    # pivots depend only on them); W_rows = C S^+ with S = A(rows, cols) masked to the
-    # valid rank x rank block. W_rows = C S^{-1} by an LU solve (backward stable; S is the
-    # LUPP pivot block, so |W_rows| <= 1), with the padding block replaced by the identity;
-    # a pseudo-inverse would truncate S's small singular values (rcond ~ 10 k eps) and
-    # lose accuracy near full rank in float32.
-    I = jnp.where(valid, P.lupp(C.T, C.shape[1]), 0)
+    # pivots depend only on them); W_rows = P^T L L_1^{-1} (no solve with the pivot block)
+    sz = SL.Sizes(rank, rank, r, r)
+    lu = SL.lu_rows(C, sz)
+    a, b = SL.l1_inverse_rhs(lu)
+    rp = SL.rows_from_lu(lu, L.ct(L.solve_triangular(a, b, left=True, lower=False)), sz)
+    I = jnp.where(valid, rp.rows, 0)
     S = jnp.where(valid[:, None] & valid[None, :], C[I], 0)
-    pad = jnp.diag((~valid).astype(S.dtype))
-    Wr = jnp.linalg.solve((S + pad).T, C.T).T
-    Wr = jax.lax.cond(jnp.all(jnp.isfinite(Wr)), lambda: Wr,        # singular S: pinv
-                      lambda: _mm(C, jnp.linalg.pinv(S)))
-    eta_r = P.eta_from_interpolation(Wr.T)
-    return _with_certificate(TwoSidedID(I, J, Wr, S, W, eta, eta_r, rank, nr, None, est, eb),
-                             key, op, opts.delta)
+    return _with_certificate(TwoSidedID(I, J, rp.W, S, W, eta, rp.eta, rank, nr, None, est,
+                                        eb), key, op, opts.delta)
 
 
 # --------------------------------------------------------------------------------------
 # public entry points
 # --------------------------------------------------------------------------------------
+#: the padded axis of each result field (cut to the rank after the call)
+_TRIM = {"column": {"cols": 0, "C": 1, "W": 0},
+         "row": {"rows": 0, "W": 1, "R": 0},
+         "two_sided": {"rows": 0, "cols": 0, "W_rows": 1, "S": (0, 1), "W_cols": 0},
+         "cur": {"rows": 0, "cols": 0, "C": 1, "U": (0, 1), "R": 0}}
+
+
 def _is_tol(k) -> bool:
     return isinstance(k, (float, np.floating)) and not isinstance(k, bool)
 
@@ -639,7 +634,9 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
                            op, adjoint=side == "row")     # a row ID runs on A^H
     m.pivot.check_backend()
     l = sketch_size(m, k, op.shape, l)
-    res = _interpolative(key, op, k, l, _Options(m, side, bool(certify), delta))
+    sz = SL.plan(m, k, l, op.shape)
+    res = _interpolative(key, op, *sz, _Options(m, side, bool(certify), delta))
+    res = SL.trim(res, k, _TRIM[side])
     _check_result(res, k, on_rank_deficient)
     return res
 
@@ -685,7 +682,9 @@ def cur(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = None,
                        oversample=oversample).for_operator(op)
     m.pivot.check_backend()
     l = sketch_size(m, k, op.shape, l)
-    res = _cur(key, op, k, l, _Options(m, "cur", bool(certify), delta))
+    sz = SL.plan(m, k, l, op.shape)
+    res = SL.trim(_cur(key, op, *sz, _Options(m, "cur", bool(certify), delta)), k,
+                  _TRIM["cur"])
     _check_result(res, k, on_rank_deficient)
     return res
 

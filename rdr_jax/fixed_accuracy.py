@@ -517,30 +517,32 @@ def adaptive_column_skeletons(key, A: Any, tol, *, block_size: int = 16, oversam
 # exact-coefficient prefix
 # --------------------------------------------------------------------------------------
 def _scaled_for_prefix(op, rdt):
-    """``(k, a2, rmatmat)`` for the exact prefix: ``2^k`` an exact power-of-two scaling of A
-    (as in the adaptive loop: 0 unless the entries are near under/overflow), ``a2`` the exact
-    ``||2^k A||_F^2`` (None when not available: implicit and factored operators), and
-    ``rmatmat(Q) = (2^k A)^H Q``."""
+    """``(k, a2, rmatmat, residual2)`` for the exact prefix: ``2^k`` an exact power-of-two
+    scaling of A (as in the adaptive loop: 0 unless the entries are near under/overflow),
+    ``a2`` the exact ``||2^k A||_F^2`` (None when not available: implicit and factored
+    operators), ``rmatmat(Q) = (2^k A)^H Q`` and ``residual2(Q, B)``, the exact
+    ``||2^k A - Q B||_F^2`` (dense A: one GEMM; None otherwise)."""
     if isinstance(op, DenseOperator):
         k = _shift(_fp.max_exponent(op.array), rdt)
-        a2 = jnp.sum(jnp.abs(_fp.ldexp(op.array, k)) ** 2)
+        As = jnp.where(k != 0, _fp.ldexp(op.array, k), op.array)
+        a2 = jnp.sum(jnp.abs(As) ** 2)
 
         def rmatmat(Q):
-            return jax.lax.cond(
-                k != 0,
-                lambda: jnp.matmul(_fp.ldexp(op.array, k).conj().T, Q, precision=HIGHEST),
-                lambda: op.rmatmat(Q))
-        return k, a2, rmatmat
+            return jnp.matmul(As.conj().T, Q, precision=HIGHEST)
+
+        def residual2(Q, B):
+            return jnp.sum(jnp.abs(As - jnp.matmul(Q, B, precision=HIGHEST)) ** 2)
+        return k, a2, rmatmat, residual2
     if isinstance(op, SparseOperator):
         k = _shift(_fp.max_exponent(op.data_r), rdt)
         ops = dataclasses.replace(op, data_r=_fp.ldexp(op.data_r, k),
                                   data_c=_fp.ldexp(op.data_c, k))
-        return k, jnp.sum(jnp.abs(ops.data_r) ** 2), ops.rmatmat
-    return None, None, op.rmatmat
+        return k, jnp.sum(jnp.abs(ops.data_r) ** 2), ops.rmatmat, None
+    return None, None, op.rmatmat, None
 
 
-@_jit.jit
-def _exact_prefix_jit(op, cols, C, rank, tol, estimate):
+@functools.partial(_jit.jit, static_argnames=("return_factor",))
+def _exact_prefix_jit(op, cols, C, rank, tol, estimate, return_factor=False):
     n = op.shape[1]
     r = C.shape[1]
     rdt = V.real_dtype(C.dtype)
@@ -551,12 +553,13 @@ def _exact_prefix_jit(op, cols, C, rank, tol, estimate):
     ar = jnp.arange(r)
     valid = ar < rank
     # everything on 2^k A and 2^k C (exact): W = C^+ A is unchanged, no squares under/overflow
-    k, a2, rmatmat = _scaled_for_prefix(op, rdt)
+    k, a2, rmatmat, residual2 = _scaled_for_prefix(op, rdt)
     C = jnp.where(valid[None, :], C, 0)
     if k is not None:
         C = _fp.ldexp(C, k)
     # nested QR: the first j columns of Q span C_j for every j <= rank
     Q, Rc = jnp.linalg.qr(C, mode="reduced")                                  # m x r, r x r
+    Q = jnp.where(valid[None, :], Q, 0)
     B = rmatmat(Q.astype(op.dtype)).conj().T.astype(C.dtype)                 # Q^H A, r x n
     B = jnp.where(valid[:, None], B, 0)
     if a2 is None:                    # ||A||_F not exact: keep the sketch-based rank
@@ -564,29 +567,48 @@ def _exact_prefix_jit(op, cols, C, rank, tol, estimate):
     else:
         a2 = a2.astype(rdt)
         rowsq = jnp.sum(jnp.abs(B) ** 2, axis=1).astype(rdt)                  # ||B(i, :)||^2
-        # ||A - C_j C_j^+ A||_F^2 = ||A||_F^2 - sum_{i<=j} ||B(i,:)||^2
-        #                        = (||A||_F^2 - ||B||_F^2) + sum_{i>j} ||B(i,:)||^2
-        # (the tail sums keep the digits of the small errors)
+        # ||A - C_j C_j^+ A||_F^2 = ||A - Q B||_F^2 + sum_{i>j} ||B(i,:)||^2: the tail sums
+        # keep the digits of the small errors; the full-rank residual is computed directly
+        # for dense A (no cancellation: usable at any tol, float32 included) and as
+        # ||A||_F^2 - ||B||_F^2 for sparse A
         tail = jnp.concatenate([jnp.cumsum(rowsq[::-1])[::-1], jnp.zeros((1,), rdt)])
-        err2 = (a2 - tail[0]) + tail                                          # j = 0..r
+        if residual2 is not None:
+            res2 = residual2(Q, B).astype(rdt)
+            usable = jnp.asarray(True)
+        else:
+            res2 = a2 - tail[0]
+            usable = tol ** 2 >= 1e3 * eps     # the difference is rounding noise below this
+        err2 = res2 + tail                                                     # j = 0..r
         ok = (err2 <= tol ** 2 * a2) & (jnp.arange(r + 1) <= rank)
         j_found = jnp.where(jnp.any(ok), jnp.argmax(ok), rank).astype(jnp.int32)
-        # tol^2 near the rounding level of ||A||^2 - sum: the differences are noise
-        usable = tol ** 2 >= 1e3 * eps
         j = jnp.where(usable, j_found, rank)
         safe = jnp.where(a2 > 0, a2, 1)
         rel = jnp.where(a2 > 0, jnp.sqrt(jnp.maximum(err2[j], 0) / safe), 0.0)
         rel = jnp.where(usable, rel, estimate)
     keep = ar < j
+    # W = R_j^{-1} B_j by a triangular solve (backward stable); diagonal entries below the
+    # rounding level of the block (a dependent skeleton column) are floored, and the
+    # padding block is the identity
+    d = jnp.abs(jnp.diagonal(Rc))
+    floor = eps * max(C.shape) * jnp.max(jnp.where(keep, d, 0))
     Rj = jnp.where(keep[:, None] & keep[None, :], Rc, 0)
-    W = jnp.matmul(jnp.linalg.pinv(Rj), jnp.where(keep[:, None], B, 0), precision=HIGHEST)
+    diag = jnp.diagonal(Rc)
+    sgn = jnp.where(jnp.real(diag) < 0, -1.0, 1.0).astype(Rc.dtype)
+    floored = sgn * jnp.where(floor > 0, floor, 1.0).astype(Rc.dtype)
+    new_diag = jnp.where(keep, jnp.where(d < floor, floored, diag), 1.0).astype(Rc.dtype)
+    Rj = Rj - jnp.diag(jnp.diagonal(Rj)) + jnp.diag(new_diag)
+    W = jax.lax.linalg.triangular_solve(Rj, jnp.where(keep[:, None], B, 0), left_side=True,
+                                        lower=False)
     idx = jnp.where(keep, cols, n)                          # out of range: dropped
     eye = jnp.where(keep[:, None] & keep[None, :], jnp.eye(r, dtype=W.dtype), 0)
     W = W.at[:, idx].set(eye, mode="drop")
+    W = jnp.where(keep[:, None], W, 0)
+    if return_factor:
+        return j, W, rel.astype(rdt), Rc
     return j, W, rel.astype(rdt)
 
 
-def exact_prefix(op: Any, cols, C, rank, tol, *, estimate=None):
+def exact_prefix(op: Any, cols, C, rank, tol, *, estimate=None, return_factor: bool = False):
     """Shortest skeleton prefix whose *exact-coefficient* column ID meets ``tol`` (jittable).
 
     For a padded column skeleton ``C = A(:, cols)`` (m x max_rank, only the first ``rank``
@@ -640,4 +662,4 @@ def exact_prefix(op: Any, cols, C, rank, tol, *, estimate=None):
         V.check_int("rank", rank, low=0, high=C.shape[1], high_desc="max_rank = C.shape[1]")
     if estimate is None:
         estimate = jnp.nan
-    return _exact_prefix_jit(op, cols, C, rank, tol, estimate)
+    return _exact_prefix_jit(op, cols, C, rank, tol, estimate, return_factor=return_factor)

@@ -33,6 +33,7 @@ Use :func:`as_operator` to wrap anything. Sparse inputs must be converted outsid
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Callable
 
 import jax
@@ -621,6 +622,7 @@ def as_operator(A: Any, *, name: str = "A") -> LinearOperator:
         if A.ndim != 2:
             raise ValueError(f"{name} must be 2-D; got shape {A.shape}")
         _check_float(name, A.dtype)
+        _warn_if_downcast(name, A.dtype)
         op = SparseOperator.from_scipy(A)
         V.check_array_values(name, op.data_r)
         return op
@@ -633,6 +635,7 @@ def as_operator(A: Any, *, name: str = "A") -> LinearOperator:
         if 0 in arr.shape:
             raise ValueError(f"{name} is empty (shape {arr.shape})")
         if not isinstance(arr, jax.Array):
+            _warn_if_downcast(name, np.dtype(arr.dtype))
             # host (numpy) inputs are checked here; a jax array lives on the device, so its
             # finiteness is checked inside the computation (a host pass over A would cost
             # ~ one GEMM): the algorithms warn from the running computation when their
@@ -641,6 +644,19 @@ def as_operator(A: Any, *, name: str = "A") -> LinearOperator:
         return DenseOperator(jnp.asarray(auto_axes(arr)))
     raise TypeError(f"{name} must be an array, scipy.sparse matrix, BCOO or LinearOperator; "
                     f"got {type(A).__name__}")
+
+
+def _warn_if_downcast(name: str, dtype: np.dtype) -> None:
+    """One clear warning when 64-bit host data will be computed in 32 bits because JAX's
+    x64 mode is off (JAX itself converts silently)."""
+    if np.dtype(dtype) in (np.dtype(np.float64), np.dtype(np.complex128)) \
+            and not jax.config.jax_enable_x64:
+        warnings.warn(
+            f"{name} is {np.dtype(dtype)} but jax_enable_x64 is off, so rdr_jax computes in "
+            f"{'float32' if np.dtype(dtype).kind == 'f' else 'complex64'} (about 7 significant "
+            "digits). For float64, run jax.config.update('jax_enable_x64', True) at startup "
+            "or call inside `with jax.enable_x64(True):`; to silence this, pass "
+            f"{name}.astype(np.float32).", UserWarning, stacklevel=3)
 
 
 def _check_float(name: str, dtype: np.dtype) -> None:

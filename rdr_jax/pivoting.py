@@ -50,11 +50,11 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from rdr_jax import _fp
+from rdr_jax import _fp, _linalg
 from rdr_jax.operators import HIGHEST
 
 __all__ = ["BackendError", "lupp", "cpqr", "leverage_scores", "leverage", "maxvol_refine",
-           "interpolation", "eta_from_interpolation", "eta_from_gram", "eta_from_gram_fast",
+           "interpolation", "eta_from_interpolation", "eta_from_gram",
            "eta_rows_from_gram",
            "cpqr_available"]
 
@@ -199,39 +199,18 @@ def leverage(key, V: jax.Array, k: int, *, mode: str = "sample") -> jax.Array:
     return jax.lax.top_k(jnp.log(jnp.maximum(p, tiny)) + g, k)[1].astype(jnp.int32)
 
 
-def _pivot_map_qr(X1):
-    """The QR route of :func:`_pivot_map`: ``(R_1^{-1} Q_1^H, whether X_1 has full numerical
-    column rank and the result is finite)``."""
-    l, k = X1.shape
-    rdt = jnp.finfo(X1.dtype).dtype
-    tol = max(l, k) * jnp.finfo(rdt).eps
-    Q1, R1 = jnp.linalg.qr(X1, mode="reduced")
-    M = jax.scipy.linalg.solve_triangular(R1, Q1.conj().T, lower=False)
-    fro = jnp.sqrt(jnp.sum(jnp.abs(X1) ** 2))
-    full = (jnp.min(jnp.abs(jnp.diagonal(R1))) > tol * fro) & jnp.all(jnp.isfinite(M))
-    return M, full
-
-
 def _pivot_map(X1):
-    """``M = X_1^+`` (k x l) for the l x k pivot block ``X_1`` (``l >= k``).
-
-    ``R_1^{-1} Q_1^H`` from a QR of ``X_1`` when ``X_1`` has full numerical column rank
-    (``min_i |R_1(i, i)| > max(l, k) eps ||X_1||_F`` and a finite result); otherwise the SVD
-    pseudo-inverse with singular values ``<= max(l, k) eps sigma_1`` dropped (0 for an all-zero
-    block). Callers pass a power-of-two-rescaled block (:func:`_unit`), so nothing overflows.
+    """``M = X_1^+`` (k x l) for the l x k pivot block ``X_1`` (``l >= k``, columns in pivot
+    order) from one Householder factorisation of the damped ``[X_1; d I]`` and one
+    triangular solve (:func:`rdr_jax._linalg.pseudo_inverse`): ``X_1^+`` to working accuracy
+    for a block of full numerical rank, the pseudo-inverse of its leading independent
+    columns for a rank-deficient one (0 for an all-zero block). No SVD, no branch. Callers
+    pass a power-of-two-rescaled block (:func:`_unit`), so nothing overflows.
     """
     l, k = X1.shape
-    rdt = jnp.finfo(X1.dtype).dtype
-    tol = max(l, k) * jnp.finfo(rdt).eps
-    M, full = _pivot_map_qr(X1)
-
-    def pinv():
-        U, S, Vh = jnp.linalg.svd(X1, full_matrices=False)
-        keep = S > tol * S[0]
-        inv = jnp.where(keep, 1 / jnp.where(keep, S, 1), 0).astype(X1.dtype)
-        return jnp.matmul(Vh.conj().T * inv[None, :], U.conj().T, precision=HIGHEST)
-
-    return jax.lax.cond(full, lambda: M, pinv)
+    valid = jnp.ones((k,), bool)
+    R, Qt = _linalg.sketch_qr(_linalg.damped_block(X1, valid, k, l))
+    return _linalg.pseudo_inverse(R, Qt, valid, _linalg.damping(X1, k, l))
 
 
 @jax.jit
@@ -332,30 +311,16 @@ def eta_from_gram(X: jax.Array, J: jax.Array, gram: jax.Array | None = None) -> 
         ok = (_gram_scale_ok(e, X.dtype, log2_n) & jnp.all(jnp.isfinite(gn))
               & (jnp.abs(_trace(gn) - fro2) <= _GRAM_RTOL * fro2))
         gn = jax.lax.cond(ok, lambda: gn, own)
-    return _eta_of_map(M, gn, X.dtype)
+    return _eta_of_map(M, gn, jnp.matmul(M, Xn[:, J], precision=HIGHEST), X.dtype)
 
 
-def _eta_of_map(M, gn, dtype):
-    """``sqrt(lambda_max(M gn M^H))`` (at least 1): eta from the pivot map ``M = X_1^+`` and
-    the (rescaled) Gram ``gn = X X^H``."""
+def _eta_of_map(M, gn, TJ, dtype):
+    """``||T||_2`` for ``T = M X`` with ``T(:, J) := I``, from the pivot map ``M = X_1^+``,
+    the (rescaled) Gram ``gn = X X^H`` and ``T_J = M X_1``:
+    ``T T^H = M gn M^H - T_J T_J^H + I`` (``T_J = I`` for a pivot block of full rank)."""
     G = jnp.matmul(M, jnp.matmul(gn, M.conj().T, precision=HIGHEST), precision=HIGHEST)
-    return _sqrt_lmax(G, dtype)
-
-
-def eta_from_gram_fast(X: jax.Array, J: jax.Array) -> jax.Array:
-    """:func:`eta_from_gram` (``gram=None``) for the common case only, or NaN: for X whose
-    largest entry is already in [1, 2) (rescaled by a power of two, e.g. by
-    ``rdr_jax._fp.normalize``) and a pivot block ``X(:, J)`` of full numerical column
-    rank, the same value as :func:`eta_from_gram` (bitwise: the rescaling there is the
-    identity, and the QR route of the pseudo-inverse is taken); otherwise NaN -- the caller
-    then calls :func:`eta_from_gram`. Traces about half the operations (no exponent
-    decoding, no SVD fallback): used by the first call's quick tier of the column ID
-    (``rdr_jax._jit``), whose NaN eta makes it rerun the full program. Not jitted (it is
-    traced into its caller)."""
-    mx = jnp.max(jnp.abs(X))
-    M, full = _pivot_map_qr(X[:, J])
-    eta = _eta_of_map(M, jnp.matmul(X, X.conj().T, precision=HIGHEST), X.dtype)
-    return jnp.where(full & (mx >= 1) & (mx < 2), eta, jnp.nan)
+    G = G - jnp.matmul(TJ, TJ.conj().T, precision=HIGHEST) + jnp.eye(G.shape[0], dtype=G.dtype)
+    return _sqrt_lmax(0.5 * (G + G.conj().T), dtype)
 
 
 @jax.jit

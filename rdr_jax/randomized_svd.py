@@ -81,7 +81,7 @@ def power_range(key, op: LinearOperator, l: int, sketch, power_iters: int, stabl
 
 
 @functools.partial(_jit.jit, static_argnames=("l", "sketch", "power_iters", "stable",
-                                             "final", "ortho"), quick_first=_jit.sketch_work)
+                                             "final", "ortho"))
 def _range_jit(key, op, l, sketch, power_iters, stable, final, ortho):
     Y = power_range(key, op, l, sketch, power_iters, stable, ortho)
     return orth(Y, ortho) if final else Y
@@ -155,7 +155,7 @@ def rangefinder(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "gau
 
 
 @functools.partial(_jit.jit, static_argnames=("k", "l", "sketch", "power_iters", "stable",
-                                             "ortho"), quick_first=_jit.sketch_work)
+                                             "ortho"))
 def _rsvd_jit(key, op, k, l, sketch, power_iters, stable, ortho=_HOUSEHOLDER):
     Q = orth(power_range(key, op, l, sketch, power_iters, stable, ortho), ortho)
     B = op.rmatmat(Q).conj().T                                   # Q^H A  (l x n)

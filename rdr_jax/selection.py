@@ -64,6 +64,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rdr_jax import _jit
+from rdr_jax import _linalg as L
 from rdr_jax import _validation as V
 from rdr_jax import pivoting as P
 from rdr_jax._tallqr import as_orthonormalizer
@@ -405,6 +406,45 @@ class Skeletons(NamedTuple):
 # --------------------------------------------------------------------------------------
 # the traceable pipeline (Lines 1-4)
 # --------------------------------------------------------------------------------------
+#: bucket ends for the static rank: a rank k is computed in a program of size
+#: ``kb = min(b >= k in RANK_BUCKETS)`` (then ``2 * kb`` steps up); round ranks (25, 50, 100,
+#: 200, ...) are bucket ends, so they cost nothing extra
+RANK_BUCKETS = (8, 16, 25, 50)
+
+
+def rank_bucket(k: int, cap: int) -> int:
+    """The static size ``kb >= k`` a rank-k pipeline is compiled for (at most ``cap``)."""
+    b = next((b for b in RANK_BUCKETS if b >= k), None)
+    if b is None:
+        b = RANK_BUCKETS[-1]
+        while b < k:
+            b *= 2
+    return min(b, cap)
+
+
+def bucketable(method: "Method") -> bool:
+    """Whether a method's pipeline can run padded to a rank bucket with the same skeletons:
+    an oblivious Gaussian sketch (prefix-consistent: its first l rows do not depend on how
+    many more are drawn), no power iterations, and LUPP or CPQR pivots (whose first k pivots
+    depend only on the first k rows / columns they see)."""
+    return (isinstance(method.sketch, Gaussian) and method.power_iters == 0
+            and type(method.pivot) in (LUPP, CPQR))
+
+
+class Sizes(NamedTuple):
+    """Sizes of one pipeline call: the rank ``k`` and sketch size ``l`` (traced int32 scalars
+    inside the program) and the static padded sizes ``kb >= k``, ``lb >= l`` the arrays have.
+    Entries past ``k`` (rows of W, columns of C, ...) are zero."""
+
+    k: Any
+    l: Any
+    kb: int
+    lb: int
+
+    def valid(self):
+        return jnp.arange(self.kb) < self.k
+
+
 def _unit_scale(X):
     """``X / 2^e`` with ``2^e ~ max |X|`` (exact in floating point): eta, W and the pivots are
     scale invariant, but the Gram products behind them under/overflow for inputs scaled by
@@ -414,87 +454,266 @@ def _unit_scale(X):
     return X * jnp.exp2(-e).astype(X.dtype)
 
 
-def row_basis(key, op: LinearOperator, k: int, l: int, method: Method):
+class RowBasis(NamedTuple):
+    """Lines 1-2: ``X`` (lb x n; rows past l zero), the rSVD's ``U_k`` (or None) and the drawn
+    embedding when ``X = Gamma A`` with an oblivious Gamma (it then also sketches the
+    skeleton block C: ``X(:, J) = Gamma C``), else None."""
+
+    X: jax.Array
+    Uk: Optional[jax.Array]
+    sketch: Any
+
+
+def row_basis(key, op: LinearOperator, sz: Sizes, method: Method) -> RowBasis:
     """Lines 1-2: the row-basis approximator ``X`` and, for rSVD-based pivots, ``U_k``.
 
-    * sketch-based pivots: ``X = Gamma A`` (l x n) for ``power_iters = 0``;
-      ``X = Omega (A^H A)^q`` (Eq. ``eq:def_power_iter``; re-orthonormalised in between
-      when ``stable``, Eq. ``eq:ortho_power_iter``) for ``q >= 1``.
+    * sketch-based pivots: ``X = Gamma A`` (l x n) for ``power_iters = 0``, computed at the
+      backend's default matmul precision (TF32/bf16 passes on accelerators; the certificate
+      is computed from the X actually formed); ``X = Omega (A^H A)^q`` (Eq.
+      ``eq:def_power_iter``; re-orthonormalised in between when ``stable``, Eq.
+      ``eq:ortho_power_iter``) for ``q >= 1``.
     * DEIM/leverage: ``X = V_k^H`` (k x n) from the rSVD with sketch size l and q stable
       power iterations; the left vectors ``U_k`` (m x k) are returned too.
-
-    Returns ``(X, U_k or None)``.
     """
     q = method.power_iters
     ortho = as_orthonormalizer(method.orthonormalize)  # "auto" under a trace: Householder
     if method.pivot.basis == "svd":
-        Q = orth(power_range(key, op, l, method.sketch, q, True, ortho), ortho)
+        Q = orth(power_range(key, op, sz.lb, method.sketch, q, True, ortho), ortho)
         B = op.rmatmat(Q).conj().T
         Ut, _, Vt = jnp.linalg.svd(B, full_matrices=False)
-        return Vt[:k], jnp.matmul(Q, Ut[:, :k], precision=HIGHEST)
+        return RowBasis(Vt[:sz.kb], jnp.matmul(Q, Ut[:, :sz.kb], precision=HIGHEST), None)
     if q == 0:
-        return op.apply_sketch(method.sketch.draw(key, l, op.shape[0], dtype=op.dtype)), None
-    Y = power_range(key, op, l, method.sketch, q - 1, method.stable, ortho)
-    return op.rmatmat(Y).conj().T, None
+        S = method.sketch.draw(key, sz.lb, op.shape[0], dtype=op.dtype)
+        X = op.apply_sketch(S)
+        if sz.lb != sz.kb or isinstance(sz.l, jax.Array):
+            X = jnp.where((jnp.arange(sz.lb) < sz.l)[:, None], X, 0)
+        return RowBasis(X, None, S)
+    Y = power_range(key, op, sz.lb, method.sketch, q - 1, method.stable, ortho)
+    return RowBasis(op.rmatmat(Y).conj().T, None, None)
 
 
-def pivot_columns(key, op: LinearOperator, k: int, l: int, method: Method,
-                  need_W: bool = True, speculate: bool = False):
-    """Lines 1-3: ``(cols, W or None, eta, U_k or None)``.
+class ColumnPivots(NamedTuple):
+    """Lines 1-3 of the general algorithm, padded to ``kb`` (see :class:`Sizes`).
 
-    ``need_W=False`` skips the k x n interpolation matrix (eta then comes from the l x l
-    Gram of X, :func:`rdr_jax.pivoting.eta_from_gram`), which is all CUR needs.
-    ``speculate=True`` (the first call's quick tier, ``rdr_jax._jit``) computes that eta
-    by :func:`rdr_jax.pivoting.eta_from_gram_fast`: the same value, or NaN where the fast
-    route does not apply (the caller then reruns the full program).
+    cols: (kb,) pivots (the first k valid); X: the unit-scaled row basis (lb x n);
+    M: ``X_1^+`` (kb x lb), the damped pseudo-inverse of the pivot block
+    ``X_1 = X(:, cols)`` (rows past k zero), so that ``T = M X`` with ``T(:, cols) := I``
+    is the sketch interpolation matrix; R: the triangular factor of the damped pivot block
+    (kb x kb, ``R^H R = X_1^H X_1 + D^2``), a preconditioner for ``C = A(:, cols)`` when
+    ``preconditions`` (X an oblivious sketch of A, else None); Uk: the rSVD's ``U_k`` or
+    None; eta: ``>= ||T||_2`` (:func:`rdr_jax._linalg.norm2_bound`, within
+    ``kb^(1/512)``); T: the interpolation matrix when it was formed (SRCUR), else None.
+    """
+
+    cols: jax.Array
+    X: jax.Array
+    M: jax.Array
+    R: Optional[jax.Array]
+    Uk: Optional[jax.Array]
+    eta: jax.Array
+    T: Optional[jax.Array] = None
+
+
+def _with_identity(T, cols, valid):
+    """``T`` with ``T(:, cols) = I`` on the valid pivots."""
+    eye = jnp.eye(T.shape[0], dtype=T.dtype)
+    return T.at[:, cols].set(jnp.where(valid[None, :], eye, T[:, cols]))
+
+
+def sketch_interpolation(piv: ColumnPivots, valid) -> jax.Array:
+    """``T = X_1^+ X`` (kb x n) with ``T(:, cols) = I`` on the valid pivots."""
+    if piv.T is not None:
+        return piv.T
+    return _with_identity(L.mm(piv.M, piv.X), piv.cols, valid)
+
+
+def _eta_of_map(M, X, cols, valid):
+    """``||T||_2`` bound for ``T = M X`` with ``T(:, cols) = I`` (valid pivots), from the
+    small Gram ``X X^H`` without forming T: ``T T^H = M (X X^H) M^H - T_J T_J^H + I``,
+    ``T_J = M X(:, cols)`` restricted to the valid pivot columns."""
+    G = L.mm(M, L.mm(L.gram(L.ct(X)), L.ct(M)))
+    TJ = L.mm(M, X[:, cols]) * valid[None, :].astype(M.dtype)
+    G = G - L.mm(TJ, L.ct(TJ)) + jnp.diag(valid.astype(M.dtype))
+    return L.interpolation_norm_bound(G, valid)
+
+
+class PivotBlock(NamedTuple):
+    """Lines 1-3 before any factorisation: pivots ``cols`` (kb,), the unit-scaled row basis
+    ``X`` (lb x n), the pivot block ``X1 = X(:, cols)`` (lb x kb, padding columns zero;
+    recomputed at HIGHEST on accelerators, see :func:`pivot_block`), the rSVD's ``U_k``
+    (or None) and whether X is an oblivious sketch of A (then ``X1`` sketches C too)."""
+
+    cols: jax.Array
+    X: jax.Array
+    X1: jax.Array
+    Uk: Optional[jax.Array]
+    oblivious: bool
+
+
+def pivot_block(key, op: LinearOperator, sz: Sizes, method: Method) -> PivotBlock:
+    """Lines 1-3: the row basis and its column pivots.
+
+    When X is the oblivious sketch ``Gamma A`` on an accelerator (whose default matmul
+    precision may be TF32 or bf16 passes), the pivot block is recomputed as ``Gamma C`` at
+    HIGHEST: its triangular factor then preconditions ``C = A(:, cols)`` to working accuracy
+    (on CPU the default precision is full, and ``X(:, cols)`` is used as is).
     """
     kx, kp = jax.random.split(key)
-    X, Uk = row_basis(kx, op, k, l, method)
-    X = _unit_scale(X)
-    J = method.pivot.select(kp, X, k)
-    if need_W or isinstance(method.pivot, SRCUR):
-        W, J = method.pivot.refine(P.interpolation(X, J), J)
-        return J, W, P.eta_from_interpolation(W), Uk
-    if speculate and Uk is None:
-        return J, None, P.eta_from_gram_fast(X, J), Uk
-    # V_k^H from the rSVD has orthonormal rows: X X^H = I
-    gram = jnp.eye(X.shape[0], dtype=X.dtype) if Uk is not None else None
-    return J, None, P.eta_from_gram(X, J, gram), Uk
+    rb = row_basis(kx, op, sz, method)
+    X = _unit_scale(rb.X)
+    J = method.pivot.select(kp, X, sz.kb)
+    X1 = X[:, J]
+    oblivious = rb.sketch is not None and type(method.pivot) is not SRCUR
+    if oblivious and isinstance(method.sketch, Gaussian) and jax.default_backend() != "cpu":
+        X1 = _unit_scale(rb.sketch.apply_dense(op.cols(J), precision=HIGHEST))
+    X1 = jnp.where(sz.valid()[None, :], X1, 0)
+    return PivotBlock(J, X, X1, rb.Uk, oblivious)
 
 
-def pivot_rows(key, C, k: int, method: Method, Uk=None, need_W: bool = True):
-    """Line 4: ``(rows, W_rows or None, eta_rows, G or None)`` for ``C = A(:, cols)``;
-    ``G = C_s^H C_s`` is the Gram of ``C_s = C / 2^e`` (``2^e ~ max |C|``).
+def damped_pivot_block(pb: PivotBlock, sz: Sizes):
+    """``[X_1; D]`` for :func:`rdr_jax._linalg.sketch_qr` (damping ``d = eps sqrt(l k)
+    ||X_1||_F``: the pseudo-inverse of a rank-deficient block needs no other route)."""
+    return L.damped_block(pb.X1, sz.valid(), sz.k, sz.l)
 
-    ``W_rows = C C(rows, :)^{-1}`` (m x k, ``W_rows(rows, :) = I``),
-    ``eta_rows = ||W_rows||_2``; the Gram ``C^H C`` is returned for reuse (None for SRCUR).
+
+def finish_columns(pb: PivotBlock, R, Qt, M, sz: Sizes, method: Method) -> ColumnPivots:
+    """:class:`ColumnPivots` from the factor ``(R, Qt)`` of the damped pivot block and
+    ``M = R^{-1} Qt = X_1^+`` (SRCUR: after its swaps, with T formed)."""
+    valid = sz.valid()
+    if type(method.pivot) is SRCUR:       # swaps on T; T(:, cols) = I after them
+        T, J = method.pivot.refine(_with_identity(L.mm(M, pb.X), pb.cols, valid), pb.cols)
+        return ColumnPivots(J, pb.X, M, None, pb.Uk,
+                            L.interpolation_norm_bound(L.gram(L.ct(T)), valid), T)
+    return ColumnPivots(pb.cols, pb.X, M, R if pb.oblivious else None, pb.Uk,
+                        _eta_of_map(M, pb.X, pb.cols, valid))
+
+
+def pivot_columns(key, op: LinearOperator, sz: Sizes, method: Method) -> ColumnPivots:
+    """Lines 1-3: pivots, the damped pseudo-inverse of the pivot block and ``eta``.
+
+    The pivot block ``X_1 = X(:, cols)`` (lb x kb) is factored once by Householder with a
+    damping ``D`` (:func:`rdr_jax._linalg.sketch_qr`): ``R^H R = X_1^H X_1 + D^2`` and
+    ``X_1^+ = R^{-1} Q_1^H`` (two library calls).
     """
-    C = _unit_scale(C)  # W_rows = C C(rows, :)^{-1} and eta_rows are scale invariant
-    I = method.pivot.select_rows(key, C, Uk, k)
-    if isinstance(method.pivot, SRCUR):
-        Wt, I = method.pivot.refine(P.interpolation(C.T, I), I)  # (k x m) = (C C_I^{-1})^T
-        return I, Wt.T, P.eta_from_interpolation(Wt), None
-    gram_C = jnp.matmul(C.conj().T, C, precision=HIGHEST)
-    eta_r = P.eta_rows_from_gram(gram_C, C[I], C=C)
-    Wr = P.interpolation(C.T, I).T if need_W else None
-    return I, Wr, eta_r, gram_C
+    pb = pivot_block(key, op, sz, method)
+    R, Qt = L.sketch_qr(damped_pivot_block(pb, sz))
+    M = L.pseudo_inverse(R, Qt, sz.valid(), L.damping(pb.X1, sz.k, sz.l))
+    return finish_columns(pb, R, Qt, M, sz, method)
 
 
-@functools.partial(_jit.jit, static_argnames=("k", "l", "method"),
-                   quick_first=_jit.sketch_work)
-def _select_columns(key, op, k, l, method):
-    J, W, eta, _ = pivot_columns(key, op, k, l, method, True)
-    return ColumnSelection(J, W, eta)
+class RowPivots(NamedTuple):
+    """Line 4 on ``C = A(:, cols)`` (m x kb): rows (kb,); W (m x kb) ``C C(rows, :)^{-1}``
+    with ``W(rows, :) = I`` on the valid block (columns past k zero); eta ``>= ||W||_2``."""
+
+    rows: jax.Array
+    W: jax.Array
+    eta: jax.Array
 
 
-@functools.partial(_jit.jit, static_argnames=("k", "l", "method"),
-                   quick_first=_jit.sketch_work)
-def _select_skeletons(key, op, k, l, method):
+class RowLU(NamedTuple):
+    """LUPP of the skeleton block ``P C = L U`` for Line 4: ``rows`` (kb,), ``perm`` (m,),
+    ``L`` (m x kb unit lower trapezoidal) and ``L1`` (kb x kb, the valid block of L's first
+    kb rows, identity on the padding)."""
+
+    rows: jax.Array
+    perm: jax.Array
+    L: jax.Array
+    L1: jax.Array
+
+
+def lu_rows(C, sz: Sizes) -> RowLU:
+    """Line 4 with LUPP: one getrf of the (unit-scaled) skeleton block C (m x kb)."""
+    m = C.shape[0]
+    valid = sz.valid()
+    lu, _, perm = jax.lax.linalg.lu(_unit_scale(C))
+    Lf = jnp.tril(lu[:, :sz.kb], -1) + jnp.eye(m, sz.kb, dtype=C.dtype)
+    both = (valid[:, None] & valid[None, :]) | jnp.eye(sz.kb, dtype=bool)
+    L1 = jnp.where(both, Lf[:sz.kb], 0)
+    return RowLU(perm[:sz.kb].astype(jnp.int32), perm, Lf, L1)
+
+
+def rows_from_lu(lu: RowLU, L1inv, sz: Sizes) -> RowPivots:
+    """``W_rows = P^T L L_1^{-1}`` (no solve with the possibly singular U: ``W_rows S = C``
+    holds even for a singular ``S = C(rows, :)``) and ``eta_rows >= ||W_rows||_2``."""
+    W = jnp.zeros(lu.L.shape, lu.L.dtype).at[lu.perm].set(L.mm(lu.L, L1inv))
+    W = jnp.where(sz.valid()[None, :], W, 0)
+    return RowPivots(lu.rows, W, L.interpolation_norm_bound(L.gram(W), sz.valid()))
+
+
+def l1_inverse_rhs(lu: RowLU):
+    """``(a, b)`` with ``a^{-1} b = L_1^{-H}`` for a batched upper-triangular left solve
+    (``L_1^H`` is unit upper triangular)."""
+    return L.ct(lu.L1), jnp.eye(lu.L1.shape[0], dtype=lu.L1.dtype)
+
+
+def pivot_rows(key, C, sz: Sizes, method: Method, Uk=None) -> RowPivots:
+    """Line 4: row skeletons of ``C`` (m x kb, columns past k zero) and
+    ``W_rows = C C(rows, :)^{-1}``.
+
+    LUPP on C (the default): ``P C = L U`` gives the rows and ``W_rows = P^T L L_1^{-1}``
+    (:func:`rows_from_lu`). Other schemes: ``W_rows^H = (S^H)^+ C^H`` from the damped
+    factor of ``S^H = C(rows, :)^H``.
+    """
+    valid = sz.valid()
+    if type(method.pivot) is LUPP:
+        lu = lu_rows(C, sz)
+        a, b = l1_inverse_rhs(lu)
+        return rows_from_lu(lu, L.ct(L.solve_triangular(a, b, left=True, lower=False)), sz)
+    Cn = _unit_scale(C)
+    I = method.pivot.select_rows(key, Cn, Uk, sz.kb)
+    if type(method.pivot) is SRCUR:
+        Wt, I = method.pivot.refine(P.interpolation(Cn.T, I), I)
+        W = Wt.T
+    else:
+        S1 = jnp.where(valid[:, None] & valid[None, :], Cn[I].conj().T, 0)   # S^H
+        Rs, Qt = L.sketch_qr(L.damped_block(S1, valid, sz.k, sz.k))
+        Ms = L.pseudo_inverse(Rs, Qt, valid, L.damping(S1, sz.k, sz.k))
+        W = L.ct(L.mm(Ms, L.ct(Cn)))
+        eye = jnp.eye(sz.kb, dtype=W.dtype)
+        W = W.at[I].set(jnp.where(valid[None, :], eye, W[I]))
+    W = jnp.where(valid[None, :], W, 0)
+    return RowPivots(I, W, L.interpolation_norm_bound(L.gram(W), valid))
+
+
+@functools.partial(_jit.jit, static_argnames=("kb", "lb", "method"))
+def _select_columns(key, op, k, l, kb, lb, method):
+    sz = Sizes(k, l, kb, lb)
+    piv = pivot_columns(key, op, sz, method)
+    return ColumnSelection(piv.cols, sketch_interpolation(piv, sz.valid()), piv.eta)
+
+
+@functools.partial(_jit.jit, static_argnames=("kb", "lb", "method"))
+def _select_skeletons(key, op, k, l, kb, lb, method):
+    sz = Sizes(k, l, kb, lb)
     k1, k2 = jax.random.split(key)
-    J, W, eta, Uk = pivot_columns(k1, op, k, l, method, True)
-    C = op.cols(J)
-    I, Wr, eta_r, _ = pivot_rows(k2, C, k, method, Uk, True)
-    return Skeletons(J, I, W, Wr, eta, eta_r)
+    piv = pivot_columns(k1, op, sz, method)
+    C = jnp.where(sz.valid()[None, :], op.cols(piv.cols), 0)
+    rp = pivot_rows(k2, C, sz, method, piv.Uk)
+    return Skeletons(piv.cols, rp.rows, sketch_interpolation(piv, sz.valid()), rp.W, piv.eta,
+                     rp.eta)
+
+
+def plan(method: "Method", k: int, l: int, shape) -> Sizes:
+    """Static and dynamic sizes of an eager call: the rank bucket when the method allows it
+    (:func:`bucketable`), else exact sizes."""
+    if not bucketable(method):
+        return Sizes(np.int32(k), np.int32(l), k, l)
+    cap = min(shape)
+    kb = rank_bucket(k, cap)
+    lb = min(kb + (l - k), cap)
+    return Sizes(np.int32(k), np.int32(l), kb, lb)
+
+
+def trim(res, k: int, fields: dict):
+    """The padded result ``res`` cut to rank k: ``fields`` maps a field name to the axis of
+    length kb to cut (a static slice, under jit too)."""
+    def cut(x, axes):
+        for ax in (axes if isinstance(axes, tuple) else (axes,)):
+            if x.shape[ax] != k:
+                x = jax.lax.slice_in_dim(x, 0, k, axis=ax)
+        return x
+    return res._replace(**{f: cut(getattr(res, f), ax) for f, ax in fields.items()
+                           if getattr(res, f) is not None})
 
 
 # --------------------------------------------------------------------------------------
@@ -539,7 +758,8 @@ def select_columns(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = N
     """
     key, op, k, l, method = _boundary(key, A, k, method, l, dict(
         sketch=sketch, power_iters=power_iters, stable=stable, oversample=oversample))
-    res = _select_columns(key, op, k, l, method)
+    sz = plan(method, k, l, op.shape)
+    res = trim(_select_columns(key, op, *sz, method), k, {"cols": 0, "W": 0})
     V.warn_if_nonfinite(res.eta, "the certificate eta")
     return res
 
@@ -564,4 +784,6 @@ def select_skeletons(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any =
     """
     key, op, k, l, method = _boundary(key, A, k, method, l, dict(
         sketch=sketch, power_iters=power_iters, stable=stable, oversample=oversample))
-    return _select_skeletons(key, op, k, l, method)
+    sz = plan(method, k, l, op.shape)
+    return trim(_select_skeletons(key, op, *sz, method), k,
+                {"cols": 0, "rows": 0, "W_cols": 0, "W_rows": 1})

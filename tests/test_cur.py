@@ -205,7 +205,8 @@ def test_certificate_bound_every_trial(method, oversample):
         if oversample == 0 and method in ("lupp", "cpqr"):
             # l = k: T has the row space of the sketch X itself
             X = np.asarray(SL.row_basis(jax.random.split(jax.random.key(t))[0],
-                                        R.as_operator(A), k, k, SL.resolve_method(method))[0])
+                                        R.as_operator(A), SL.Sizes(k, k, k, k),
+                                        SL.resolve_method(method)).X)
             Qx = np.linalg.qr(X.T)[0]
             np.testing.assert_allclose(Qx @ Qx.T, Q @ Q.T, atol=1e-4)
         cert = R.certificate(A, sel)
