@@ -1,72 +1,87 @@
-"""Sparse products as JAX primitives: fast CPU kernels inside ``jit``, XLA elsewhere.
-
-Four linear maps are primitives here, each with JVP, transpose and batching rules, so that
-``jit``, ``grad``/``jvp``/``vjp`` and ``vmap`` all work on every platform and stay fast:
+"""Sparse products as JAX primitives: numba kernels on CPU, sorted XLA formulas elsewhere.
 
 * :func:`sparse_sign_matmul` -- ``Gamma @ A`` for a sparse sign sketch
   ``Gamma[rows[j, t], j] = signs[j, t]`` (l x m) and a dense A (m x n);
-* :func:`sparse_sign_rmatmul` -- ``Gamma^T @ Y`` (Y l x n), its transpose: the pure gather
-  ``out[j] = sum_t signs[j, t] Y[rows[j, t]]``;
+* :func:`sparse_sign_rmatmul` -- ``Gamma^T @ Y``, its transpose (a gather);
 * :func:`sparse_sign_sparse_matmul` -- ``Gamma @ S`` for a sparse S in CSC order;
 * :func:`sparse_matmul` -- ``S @ X`` or ``X @ S`` for a sparse S kept in CSR and CSC order
   (:class:`rdr_jax.operators.SparseOperator`).
 
-Why primitives with hand-written CPU kernels. XLA:CPU lowers the scatter-add
-``out[rows[j, t]] += s[j, t] A[j]`` of a sparse sign sketch to a serial loop that costs
-65-85x one read of A (65536 x 256 float32, zeta = 8), and the segment sums of a sparse
-product to a serial loop over an (nnz x b) intermediate (10-35 s for the 10^6 x 400 SNN
-factor against ~0.5 s for one pass); no maintained JAX library has a CPU sparse-dense
-product. The numba kernels below stream A (or the CSR/CSC arrays) once and are parallel
-without atomics (private per-thread accumulators, or one output row per task). They are
-reached from compiled XLA code through the typed XLA FFI (``api_version=1``): a numba
-``cfunc`` decodes ``XLA_FFI_CallFrame`` (the C struct of ``xla/ffi/api/c_api.h``) and runs the
-kernel on XLA's buffers in place, so a call inside ``jit`` costs what the kernel costs. The
-earlier route, ``jax.pure_callback``, copied every operand into a new numpy array and went
-through Python on each call: a no-op callback on a 64 MiB A already cost ~15x one read of A,
-the sparse sign product 27-31x (against 5x now), and a callback has no autodiff rules.
+Each has JVP, transpose and batching rules, so ``jit``, ``grad`` and ``vmap`` work on every
+platform. The maps are linear in the dense operand: the JVP is the primitive applied to the
+tangent and the transpose is the partner map (``Gamma^T``, ``S^T``), so reverse mode stays on
+the same kernels. ``vmap`` over the dense operand folds the batch into its columns; ``vmap``
+over sketches with a shared A stacks them into one (batch * l) x m sketch (A read once).
 
-Autodiff. Each map is linear in its dense operand, so its JVP is the same primitive applied
-to the tangent, and its transpose is the partner map: ``(Gamma A)^T`` w.r.t. A is
-``Gamma^T G`` and vice versa; ``(S X)^T`` w.r.t. X is ``S^T G`` (the CSC arrays of S are the
-CSR arrays of ``S^T``, so the same kernel serves). Reverse mode therefore stays on the fast
-kernels. Tangents w.r.t. the nonzero values (the signs, the sparse data) go through plain
-``jax.numpy`` formulas that JAX differentiates and transposes itself (they are rarely
-needed and never on the forward path).
+Lowering. On CPU, float32/float64 operands go to multithreaded numba kernels called from
+compiled code through the typed XLA FFI (a numba ``cfunc`` decodes ``XLA_FFI_CallFrame``: no
+copies, no Python per call). Elsewhere, and on CPU when the kernels are off, XLA formulas
+run. On GPU/TPU the sparse sign products sort their nonzeros by output position once and sum
+sorted segments (``jax.ops.segment_sum(..., indices_are_sorted=True)``: few atomic updates,
+unlike an unsorted scatter-add), and ``sparse_matmul`` sums sorted segments of the CSR/CSC
+order. The CPU fallback multiplies CSR matrices with ``jax.experimental.sparse.BCSR``
+(jaxlib's CPU CSR kernel) where it can, and scatter-adds ``Gamma @ S``. ``Gamma^T Y`` is a
+gather everywhere.
 
-Batching. ``vmap`` over the dense operand folds the batch into the columns (one kernel
-call on an (m, batch * n) matrix); ``vmap`` over sketches (e.g. over keys) with a shared A
-stacks the sketches into one (batch * l) x m sketch, so A is still read once; any other
-combination loops with ``jax.lax.map``.
+When the CPU kernels are used. Checked each time an operation is lowered (compiled):
 
-Platforms. The CPU lowering uses the FFI kernels for float32/float64 (complex data is
-split into real and imaginary parts by the callers); GPU/TPU lower the same primitives to
-the XLA formulas (:func:`sparse_sign_xla`, :func:`sparse_sign_t_xla`,
-:func:`sparse_sign_sparse_xla`, :func:`spmm_xla`), which are fast there. The
-kernels are compiled by numba on first use (``cache=True``: later processes load them from
-disk). They use numba's parallel threads when the threading layer is thread safe (``omp``
-or ``tbb``; XLA may run two custom calls at once) and a serial build otherwise.
+* the environment variable ``RDR_JAX_CPU_KERNELS`` is not ``0`` (``0``/``false``/``off``:
+  always the XLA formulas; ``1``/``true``/``on``: also try a numba outside the tested range);
+* numba imports and its version is in :data:`NUMBA_VERSIONS`;
+* ``jax.ffi`` exists and jaxlib's FFI headers give the API version of :data:`FFI_API_VERSION`
+  (same major, at least that minor: the call-frame layout decoded here);
+* the kernel compiles (numba, ``cache=True``) and registers with XLA.
+
+A failed check (other than the variable) falls back to the XLA formulas with one
+:class:`KernelFallbackWarning`; nothing crashes. Compiled functions keep the route they were
+compiled with: set the variable before the first call, or call ``jax.clear_caches()``.
+Nothing global is changed (no jax config, no thread settings). Measurements:
+``docs/performance.md``, section "Sparse sign sketches and CPU kernels".
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import re
 import threading
+import warnings
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numba
 import numpy as np
+from jax.experimental import sparse as jsparse
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir, xla
-from numba import types
-from numba.extending import intrinsic
 
-__all__ = ["sparse_matmul", "sparse_sign_apply_host", "sparse_sign_matmul",
-           "sparse_sign_rmatmul", "sparse_sign_sparse_matmul", "sparse_sign_sparse_xla",
+try:  # numba only serves the CPU kernels: without a working one, the XLA formulas run
+    import numba
+    from numba import types
+    from numba.extending import intrinsic
+    _NUMBA_ERROR = None
+except Exception as e:  # pragma: no cover - e.g. a numba built for another NumPy
+    numba = types = intrinsic = None
+    _NUMBA_ERROR = f"numba cannot be imported ({type(e).__name__}: {e})"
+
+__all__ = ["FFI_API_VERSION", "KERNELS_ENV", "KernelFallbackWarning", "NUMBA_VERSIONS",
+           "cpu_kernels_status", "sparse_matmul", "sparse_sign_apply_host",
+           "sparse_sign_csr", "sparse_sign_matmul", "sparse_sign_rmatmul",
+           "sparse_sign_segment_sum", "sparse_sign_sparse_matmul", "sparse_sign_sparse_xla",
            "sparse_sign_t_xla", "sparse_sign_xla", "spmm_xla"]
+
+#: environment variable read when an operation is lowered: ``0`` forces the XLA formulas
+KERNELS_ENV = "RDR_JAX_CPU_KERNELS"
+#: numba versions the kernels are tested with: ``low <= (major, minor) < high``
+NUMBA_VERSIONS = ((0, 60), (0, 69))
+#: XLA FFI C API version of the call frames decoded here: same major, at least this minor
+FFI_API_VERSION = (0, 1)
+
+
+class KernelFallbackWarning(RuntimeWarning):
+    """The CPU kernels cannot be used; sparse products run the (slower) XLA formulas."""
+
 
 # Strategy thresholds of the left product X @ S (module constants, read when a product is
 # traced; tests patch them to exercise every strategy).
@@ -79,6 +94,10 @@ _PARALLEL_WORK = 1 << 21
 # Largest (batch * l * n) output for which vmap over sketches stacks them into one sketch
 # (the CPU kernel keeps one such accumulator per thread); larger batches loop.
 _FOLD_ELEMS = 1 << 24
+# Tests set this to lower the CPU fallback with the GPU/TPU formulas (sorted segment sums).
+_CPU_FALLBACK_AS_ACCELERATOR = False
+# Largest l * m * zeta whose sort keys (row, position) pack into one uint32 (faster sort).
+_PACKED_KEYS = 1 << 32
 
 _REAL = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -87,7 +106,8 @@ _REAL = (np.dtype(np.float32), np.dtype(np.float64))
 # numba kernels (plain Python sources, compiled lazily by _kernel with prange bound)
 # ======================================================================================
 prange = range
-_njit_serial = numba.njit(fastmath=True, cache=True, nogil=True)
+_njit_serial = (numba.njit(fastmath=True, cache=True, nogil=True) if numba is not None
+                else (lambda f: f))
 
 
 def _k_sparse_sign(A, rows, signs, out, nt):  # pragma: no cover - compiled
@@ -295,10 +315,14 @@ _FRAME_EXT, _FRAME_ARGS, _FRAME_RETS, _FRAME_ATTRS = 8, 72, 112, 160
 _BUF_DTYPE, _BUF_DATA, _BUF_DIMS = 16, 24, 40
 _F32, _F64 = 11, 12                 # XLA_FFI_DataType_F32 / _F64
 _EXT_METADATA = 1                   # XLA_FFI_Extension_Metadata
-_API_MAJOR, _API_MINOR = 0, 1       # the call-frame layout used here exists since FFI 0.1
+_API_MAJOR, _API_MINOR = FFI_API_VERSION   # the layout above exists since FFI 0.1
 
 
-def _ptr_intrinsic(nbtype):
+def _ptr_intrinsic(name):
+    if numba is None:
+        return None
+    nbtype = getattr(types, name)
+
     @intrinsic
     def to_ptr(typingctx, addr):
         sig = types.CPointer(nbtype)(types.int64)
@@ -309,12 +333,13 @@ def _ptr_intrinsic(nbtype):
     return to_ptr
 
 
-_p_i64 = _ptr_intrinsic(types.int64)
-_p_i32 = _ptr_intrinsic(types.int32)
-_p_f32 = _ptr_intrinsic(types.float32)
-_p_f64 = _ptr_intrinsic(types.float64)
+_p_i64 = _ptr_intrinsic("int64")
+_p_i32 = _ptr_intrinsic("int32")
+_p_f32 = _ptr_intrinsic("float32")
+_p_f64 = _ptr_intrinsic("float64")
 
-_njit_inline = functools.partial(numba.njit, inline="always", cache=True)
+_njit_inline = (functools.partial(numba.njit, inline="always", cache=True)
+                if numba is not None else (lambda f: f))
 
 
 @_njit_inline
@@ -554,6 +579,9 @@ def _ffi(target: str, out_shape, dtype, *args, nt: int = 1):
 def sparse_sign_apply_host(A, rows, signs, l: int) -> np.ndarray:
     """``Gamma @ A`` on host numpy arrays with the CPU kernel, without JAX (diagnostics:
     ``experiments/bench_sketch.py`` compares it with the in-jit call)."""
+    reason = _unsupported(force=True)
+    if reason is not None:
+        raise RuntimeError(f"the CPU kernel is unavailable: {reason}")
     A = np.ascontiguousarray(A)
     out = np.empty((int(l), A.shape[1]), A.dtype)
     _kernel("_k_sparse_sign")(A, np.ascontiguousarray(rows, dtype=np.int32),
@@ -562,14 +590,144 @@ def sparse_sign_apply_host(A, rows, signs, l: int) -> np.ndarray:
     return out
 
 
+# ---- when the kernels are used -------------------------------------------------------
+_OFF = ("0", "false", "off", "no")
+_ON = ("1", "true", "on", "yes")
+
+
+def _numba_version() -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", getattr(numba, "__version__", ""))
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _ffi_api_version():
+    """(major, minor) of the XLA FFI C API in jaxlib's headers, or None without headers."""
+    if "ffi_api" not in _STATE:
+        try:
+            text = (Path(jax.ffi.include_dir()) / "xla" / "ffi" / "api" / "c_api.h").read_text()
+            found = [re.search(rf"#define XLA_FFI_API_{w} (\d+)", text) for w in ("MAJOR", "MINOR")]
+            api = tuple(int(f.group(1)) for f in found) if all(found) else None
+        except (OSError, AttributeError):
+            api = None
+        _STATE["ffi_api"] = api
+    return _STATE["ffi_api"]
+
+
+def _unsupported(force: bool = False):
+    """Why this process cannot use the CPU kernels, or None. ``force`` skips the numba
+    version range (never the FFI check: a foreign call-frame layout would crash)."""
+    if _NUMBA_ERROR is not None:
+        return _NUMBA_ERROR
+    (lo, hi), v = NUMBA_VERSIONS, _numba_version()
+    if not force and not lo <= v < hi:
+        return (f"numba {numba.__version__} is outside the tested range "
+                f"{lo[0]}.{lo[1]} <= numba < {hi[0]}.{hi[1]} (set {KERNELS_ENV}=1 to try the "
+                "kernels anyway)")
+    if not (hasattr(jax, "ffi") and hasattr(jax.ffi, "ffi_call")):
+        return f"this jax ({jax.__version__}) has no jax.ffi"
+    api = _ffi_api_version()   # None: no headers shipped; XLA still checks at registration
+    if api is not None and (api[0] != FFI_API_VERSION[0] or api[1] < FFI_API_VERSION[1]):
+        return (f"jaxlib speaks XLA FFI API {api[0]}.{api[1]}; the kernels decode call frames "
+                f"of API {FFI_API_VERSION[0]}.x with x >= {FFI_API_VERSION[1]}")
+    return _STATE.get("broken")
+
+
+def cpu_kernels_status(target: str = "rdr_jax_sparse_sign"):
+    """``(used, reason)``: whether an operation lowered now for CPU (float32/float64) would
+    call the numba kernel ``target`` (compiling and registering it if needed), and if not,
+    why (None when the variable turned them off)."""
+    setting = os.environ.get(KERNELS_ENV, "").strip().lower()
+    if setting in _OFF:
+        return False, None
+    reason = _unsupported(force=setting in _ON)
+    if reason is None:
+        try:
+            _register(target)
+        except Exception as e:  # a numba that cannot compile or XLA refusing the handler
+            reason = _STATE["broken"] = (f"compiling or registering the numba kernel {target!r} "
+                                         f"failed ({type(e).__name__}: {e})")
+    return reason is None, reason
+
+
+def _use_kernels(target: str, *avals) -> bool:
+    """Lowering-time choice: the kernel ``target`` for operands of one real dtype when
+    :func:`cpu_kernels_status` allows, else the XLA formula (one warning per reason)."""
+    dt = np.dtype(avals[0].dtype)
+    if dt not in _REAL or any(np.dtype(a.dtype) != dt for a in avals[1:]):
+        return False
+    used, reason = cpu_kernels_status(target)
+    if reason is not None:
+        with _LOCK:
+            warned = _STATE.setdefault("warned", set())
+            if reason not in warned:
+                warned.add(reason)
+                warnings.warn(f"rdr_jax: the CPU kernels for sparse products are off: {reason}. "
+                              "Using the XLA formulas (correct, slower on CPU); set "
+                              f"{KERNELS_ENV}=0 to choose them explicitly.",
+                              KernelFallbackWarning, stacklevel=2)
+    return used
+
+
 # ======================================================================================
-# XLA formulas (GPU/TPU lowering; also complex data and the value tangents)
+# XLA formulas (GPU/TPU lowering; the CPU fallback; complex data and the value tangents)
 # ======================================================================================
+def _csr_order(rows, signs, l: int):
+    """The m * zeta nonzeros of Gamma (l x m) in CSR order (by row, then by column):
+    ``(row, col, val)``, each (m * zeta,). One sort of packed uint32 keys ``row * nnz + p``
+    (p the position in ``rows.ravel()``) when ``l * nnz`` fits in 32 bits, else a stable
+    key-value sort."""
+    m, zeta = rows.shape
+    nnz = m * zeta
+    r = rows.reshape(-1).astype(jnp.int32)
+    if l * nnz <= _PACKED_KEYS:
+        div = np.uint32(nnz)
+        key = jax.lax.sort(r.astype(jnp.uint32) * div + jnp.arange(nnz, dtype=jnp.uint32))
+        r, p = (jax.lax.div(key, div).astype(jnp.int32),
+                jax.lax.rem(key, div).astype(jnp.int32))
+    else:
+        r, p = jax.lax.sort((r, jnp.arange(nnz, dtype=jnp.int32)), num_keys=1, is_stable=True)
+    return r, jax.lax.div(p, np.int32(zeta)), signs.reshape(-1)[p]
+
+
+def _empty(A, rows):
+    return 0 in A.shape + rows.shape
+
+
+def sparse_sign_segment_sum(A, rows, signs, l: int):
+    """``Gamma @ A`` (GPU/TPU formula): the nonzeros sorted by row once, then
+    ``segment_sum(val * A[col], row, indices_are_sorted=True)``; XLA:GPU's sorted scatter
+    sums each run of equal rows before one atomic update, where an unsorted scatter-add
+    makes m * zeta contended atomic updates (l rows, each hit ~m zeta / l times)."""
+    if _empty(A, rows):
+        return jnp.zeros((l, A.shape[1]), A.dtype)
+    r, c, v = _csr_order(rows, signs, l)
+    return jax.ops.segment_sum(v.astype(A.dtype)[:, None] * A[c], r, num_segments=l,
+                               indices_are_sorted=True)
+
+
+_BCSR_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64,
+                                            np.complex128))
+
+
+def sparse_sign_csr(A, rows, signs, l: int):
+    """``Gamma @ A`` (CPU formula): Gamma sorted into CSR arrays once and multiplied as a
+    ``jax.experimental.sparse.BCSR`` matrix, which XLA:CPU runs with jaxlib's CSR kernel (one
+    pass over the nonzeros, no (m zeta, n) intermediate). Other dtypes: the segment sum."""
+    if _empty(A, rows) or np.dtype(A.dtype) not in _BCSR_DTYPES:
+        return sparse_sign_segment_sum(A, rows, signs, l)
+    r, c, v = _csr_order(rows, signs, l)
+    indptr = jnp.searchsorted(r, jnp.arange(l + 1, dtype=jnp.int32)).astype(jnp.int32)
+    G = jsparse.BCSR((v.astype(A.dtype), c, indptr), shape=(l, A.shape[0]),
+                     indices_sorted=True, unique_indices=True)
+    return jsparse.bcsr_dot_general(G, A, dimension_numbers=(([1], [0]), ([], [])))
+
+
 def sparse_sign_xla(A, rows, signs, l: int):
-    """``Gamma @ A`` as one scatter-add of ``signs[j, t] A[j]`` into row ``rows[j, t]``
-    (fast on GPU/TPU, a serial loop on XLA:CPU)."""
-    upd = signs.T[:, :, None] * A[None, :, :]       # (zeta, m, n), fused into the scatter
-    return jnp.zeros((l, A.shape[1]), A.dtype).at[rows.T].add(upd)
+    """``Gamma @ A`` without the primitive (``impl="xla"``; differentiated and batched by
+    JAX itself): :func:`sparse_sign_csr` on CPU, :func:`sparse_sign_segment_sum` elsewhere."""
+    return jax.lax.platform_dependent(
+        A, rows, signs, cpu=functools.partial(sparse_sign_csr, l=l),
+        default=functools.partial(sparse_sign_segment_sum, l=l))
 
 
 def sparse_sign_t_xla(Y, rows, signs):
@@ -581,14 +739,36 @@ def sparse_sign_t_xla(Y, rows, signs):
     return out
 
 
-def sparse_sign_sparse_xla(data, rows, signs, row, col, indptr, *, l, n):
-    """``Gamma @ S`` for S (m x n) given by its nonzeros ``(row[p], col[p], data[p])``: one
-    scatter-add of the nnz * zeta products ``signs[row[p], t] data[p]`` into
-    ``(rows[row[p], t], col[p])``."""
+def _sparse_sign_sparse_scatter(data, rows, signs, row, col, indptr, *, l, n):
+    """``Gamma @ S`` (CPU formula): one scatter-add of the nnz * zeta products (XLA:CPU runs
+    it as one serial pass, cheaper there than sorting the products first)."""
     r = rows[row]                                    # (nnz, zeta) output rows
     vals = signs[row] * data[:, None]
     cols = jnp.broadcast_to(col[:, None], r.shape)
-    return jnp.zeros((l, n), data.dtype).at[r, cols].add(vals)
+    return jnp.zeros((l, n), data.dtype).at[r, cols].add(vals.astype(data.dtype))
+
+
+def _sparse_sign_sparse_sorted(data, rows, signs, row, col, indptr, *, l, n):
+    """``Gamma @ S`` (GPU/TPU formula): the nnz * zeta products ``signs[row[p], t] data[p]``
+    sorted by their output position ``rows[row[p], t] * n + col[p]`` (one key-value sort)
+    and summed in sorted segments (no contended atomics, even for a dense column of S)."""
+    if l * n > 2 ** 31 - 1 or 0 in data.shape + rows.shape:  # keys would not fit in int32
+        return _sparse_sign_sparse_scatter(data, rows, signs, row, col, indptr, l=l, n=n)
+    key = (rows[row] * np.int32(n) + col[:, None].astype(jnp.int32)).reshape(-1)
+    vals = (signs[row] * data[:, None]).astype(data.dtype).reshape(-1)
+    key, vals = jax.lax.sort((key, vals), num_keys=1)
+    out = jax.ops.segment_sum(vals, key, num_segments=l * n, indices_are_sorted=True)
+    return out.reshape(l, n)
+
+
+def sparse_sign_sparse_xla(data, rows, signs, row, col, indptr, *, l, n):
+    """``Gamma @ S`` for S (m x n) given by its nonzeros ``(row[p], col[p], data[p])``, without
+    the primitive: a scatter-add on CPU, a sort and sorted segment sum elsewhere."""
+    kw = {"l": l, "n": n}
+    return jax.lax.platform_dependent(
+        data, rows, signs, row, col, indptr,
+        cpu=functools.partial(_sparse_sign_sparse_scatter, **kw),
+        default=functools.partial(_sparse_sign_sparse_sorted, **kw))
 
 
 def _segment_product(data, gather_idx, seg_idx, nseg, X, chunk):
@@ -619,26 +799,6 @@ def spmm_xla(X, arrays, shape, left: bool, chunk: int = 1 << 26):
 # ======================================================================================
 def _eager(prim):
     prim.def_impl(functools.partial(xla.apply_primitive, prim))  # one jitted call per shape
-
-
-def _ffi_supported() -> bool:
-    """The handlers decode call frames of XLA FFI API major version 0 (this jaxlib's headers
-    say which version XLA speaks); another major version falls back to the XLA formulas."""
-    if "ffi" not in _STATE:
-        try:
-            text = (Path(jax.ffi.include_dir()) / "xla" / "ffi" / "api" / "c_api.h").read_text()
-            major = re.search(r"#define XLA_FFI_API_MAJOR (\d+)", text)
-            _STATE["ffi"] = major is None or int(major.group(1)) == _API_MAJOR
-        except OSError:  # no headers shipped: trust the version XLA accepted at registration
-            _STATE["ffi"] = True
-    return bool(_STATE["ffi"])
-
-
-def _cpu_kernel_ok(*avals) -> bool:
-    """Whether the CPU kernels take operands of these types (one real dtype)."""
-    dt = np.dtype(avals[0].dtype)
-    return (dt in _REAL and all(np.dtype(a.dtype) == dt for a in avals[1:])
-            and _ffi_supported())
 
 
 def _map_batched(prim, args, dims, **params):
@@ -785,17 +945,24 @@ batching.primitive_batchers[sparse_sign_t_p] = _sparse_sign_t_batch
 
 def _sparse_sign_lower_cpu(ctx, A, rows, signs, *, l):
     a_A, a_r, a_s = ctx.avals_in
-    if _cpu_kernel_ok(a_A, a_s) and 0 not in a_A.shape + a_r.shape + (l,):
+    if 0 not in a_A.shape + a_r.shape + (l,) and _use_kernels("rdr_jax_sparse_sign", a_A, a_s):
         nt = _threads(a_A.size * a_r.shape[1])
 
         def fn(A, r, s):
             return _ffi("rdr_jax_sparse_sign", (l, A.shape[1]), A.dtype, A, r, s, nt=nt)
+    elif _CPU_FALLBACK_AS_ACCELERATOR:
+        fn = functools.partial(sparse_sign_segment_sum, l=l)
     else:
-        fn = functools.partial(sparse_sign_xla, l=l)
+        fn = functools.partial(sparse_sign_csr, l=l)
     return mlir.lower_fun(fn, multiple_results=False)(ctx, A, rows, signs)
 
 
-mlir.register_lowering(sparse_sign_p, mlir.lower_fun(sparse_sign_xla, multiple_results=False))
+def _sparse_sign_lower(ctx, A, rows, signs, *, l):
+    return mlir.lower_fun(functools.partial(sparse_sign_segment_sum, l=l),
+                          multiple_results=False)(ctx, A, rows, signs)
+
+
+mlir.register_lowering(sparse_sign_p, _sparse_sign_lower)
 mlir.register_lowering(sparse_sign_p, _sparse_sign_lower_cpu, platform="cpu")
 mlir.register_lowering(sparse_sign_t_p, mlir.lower_fun(sparse_sign_t_xla,
                                                        multiple_results=False))
@@ -864,19 +1031,22 @@ batching.primitive_batchers[sparse_sign_sparse_p] = _sparse_sign_sparse_batch
 
 def _sparse_sign_sparse_lower_cpu(ctx, *operands, l, n):
     a_d, a_r, a_s = ctx.avals_in[:3]
-    if _cpu_kernel_ok(a_d, a_s) and 0 not in a_d.shape + a_r.shape + (l, n):
+    if (0 not in a_d.shape + a_r.shape + (l, n)
+            and _use_kernels("rdr_jax_sparse_sign_csc", a_d, a_s)):
         nt = _threads(a_d.shape[0] * a_r.shape[1])
 
         def fn(data, rows, signs, row, col, indptr):
             return _ffi("rdr_jax_sparse_sign_csc", (n, l), data.dtype, rows, signs, indptr,
                         row, data, nt=nt).T
+    elif _CPU_FALLBACK_AS_ACCELERATOR:
+        fn = functools.partial(_sparse_sign_sparse_sorted, l=l, n=n)
     else:
-        fn = functools.partial(sparse_sign_sparse_xla, l=l, n=n)
+        fn = functools.partial(_sparse_sign_sparse_scatter, l=l, n=n)
     return mlir.lower_fun(fn, multiple_results=False)(ctx, *operands)
 
 
-mlir.register_lowering(sparse_sign_sparse_p,
-                       mlir.lower_fun(sparse_sign_sparse_xla, multiple_results=False))
+mlir.register_lowering(sparse_sign_sparse_p, mlir.lower_fun(_sparse_sign_sparse_sorted,
+                                                            multiple_results=False))
 mlir.register_lowering(sparse_sign_sparse_p, _sparse_sign_sparse_lower_cpu, platform="cpu")
 
 
@@ -998,13 +1168,34 @@ def _spmm_xla_lowered(X, *arrays, shape, left, method, chunk):
     return spmm_xla(X, arrays, shape, left, chunk)
 
 
+def _spmm_csr_lowered(X, *arrays, shape, left, method, chunk):
+    """CPU fallback: ``S @ X`` as a ``jax.experimental.sparse.BCSR`` product over the CSR
+    arrays, ``X @ S = (S^T X^T)^T`` over the CSC ones (jaxlib's CPU CSR kernel)."""
+    data_r, _, col_r, indptr_r, data_c, row_c, _, indptr_c = arrays
+    m, n = shape
+    dn = (([1], [0]), ([], []))
+    if not left:
+        return jsparse.bcsr_dot_general(jsparse.BCSR((data_r, col_r, indptr_r), shape=(m, n)),
+                                        X, dimension_numbers=dn)
+    return jsparse.bcsr_dot_general(jsparse.BCSR((data_c, row_c, indptr_c), shape=(n, m)),
+                                    X.T, dimension_numbers=dn).T
+
+
 def _spmm_lower_cpu(ctx, X, *arrays, shape, left, method, chunk):
     a_X = ctx.avals_in[0]
     a_d = (ctx.avals_in[5] if left else ctx.avals_in[1])
-    ok = (_cpu_kernel_ok(a_X, a_d) and 0 not in a_X.shape + tuple(shape) + a_d.shape
+    target = ("rdr_jax_csr_dense" if not left or method == "csr_t" else
+              "rdr_jax_dense_csr" if method == "acc" else "rdr_jax_dense_csc")
+    ok = (0 not in a_X.shape + tuple(shape) + a_d.shape
           and all(np.dtype(a.dtype) == np.int32 for i, a in enumerate(ctx.avals_in[1:])
                   if i not in (0, 4)))
-    fn = _spmm_cpu if ok else _spmm_xla_lowered
+    if ok and _use_kernels(target, a_X, a_d):
+        fn = _spmm_cpu
+    elif (ok and not _CPU_FALLBACK_AS_ACCELERATOR and np.dtype(a_X.dtype) in _BCSR_DTYPES
+          and a_d.dtype == a_X.dtype):
+        fn = _spmm_csr_lowered
+    else:
+        fn = _spmm_xla_lowered
     return mlir.lower_fun(functools.partial(fn, shape=shape, left=left, method=method,
                                             chunk=chunk), multiple_results=False)(ctx, X, *arrays)
 

@@ -153,9 +153,12 @@ class GaussianSketch(_Sketch):
         return _gaussian_dense(self.key, self.l, self.m, np.dtype(self._out_dtype(dtype)),
                                self.generator)
 
-    def apply_dense(self, A):
+    def apply_dense(self, A, *, precision=None):
+        """``Gamma @ A`` at ``precision`` (default: the backend's default matmul precision,
+        which ``jax.default_matmul_precision("highest")`` raises; full float32/float64 on
+        CPU, TF32 on NVIDIA GPUs, bf16 passes on TPUs)."""
         G = self.todense(A.dtype)
-        return jnp.matmul(G, A.astype(G.dtype), precision=HIGHEST)
+        return jnp.matmul(G, A.astype(G.dtype), precision=precision)
 
     def apply_sparse(self, S):
         """``Gamma @ S`` for a sparse S: the (l x m) Gamma times S from the left (numba kernel
@@ -339,16 +342,17 @@ class SparseSignSketch(_Sketch):
         formed.
 
         Row ``i`` of the result is ``sum_{(j, t): rows[j, t] = i} signs[j, t] A[j]``.
-        ``impl="auto"`` calls ``rdr_jax._kernels.sparse_sign_matmul``, a JAX primitive:
-        on CPU a multithreaded numba kernel (private per-thread l x n accumulators, A streamed
-        once) reached through the XLA FFI, equally fast eagerly and inside ``jit`` (about 5x
-        one read of A for 65536 x 256 float32, l = 512, zeta = 8; XLA's own scatter-add is a
-        serial loop there, 65-85x); on GPU/TPU XLA's scatter-add. It is linear in A with the
-        gather ``Gamma^T G`` as its transpose, so ``jax.grad``/``jvp``/``vjp`` stay on the
-        fast kernels, and ``jax.vmap`` over sketches (keys) with a shared A stacks them into
-        one (batch l) x m sketch that reads A once. ``impl="xla"`` forces the scatter-add
-        formula (a reference). Complex A is sketched as real and imaginary parts (Gamma is
-        real).
+        ``impl="auto"`` calls ``rdr_jax._kernels.sparse_sign_matmul``, a JAX primitive: on
+        CPU a multithreaded numba kernel reached through the XLA FFI (A streamed once; equally
+        fast eagerly and inside ``jit``); on GPU/TPU, and on CPU when the kernels are off
+        (``RDR_JAX_CPU_KERNELS=0``, or a numba/jaxlib the kernels do not support), the
+        nonzeros sorted by row once, then summed in sorted segments (GPU/TPU: no contended
+        atomics) or multiplied as a CSR matrix (CPU: jaxlib's CSR kernel). It is linear in A with the gather ``Gamma^T G`` as its transpose, so
+        ``jax.grad``/``jvp``/``vjp`` stay on the same route, and ``jax.vmap`` over sketches
+        (keys) with a shared A stacks them into one (batch l) x m sketch that reads A once.
+        ``impl="xla"`` computes the sorted formula without the primitive (a reference; JAX
+        differentiates it itself). Complex A is sketched as real and imaginary parts (Gamma
+        is real). Timings: ``docs/performance.md``.
         """
         if impl not in ("auto", "xla"):
             raise ValueError(f"impl must be 'auto' or 'xla'; got {impl!r}")
@@ -369,9 +373,9 @@ class SparseSignSketch(_Sketch):
         Column j of the result is ``sum_i S_ij Gamma[:, i]`` over the nonzeros of column j of
         S, each ``Gamma[:, i]`` holding zeta signs: a JAX primitive
         (``rdr_jax._kernels.sparse_sign_sparse_matmul``) that on CPU runs a numba kernel
-        over S's CSC order (one output column per task, no atomics; XLA:CPU's scatter-add of
-        the nnz * zeta products is a serial loop) and elsewhere XLA's scatter-add. Bilinear
-        in (S's values, signs), differentiable in both. A complex S is split into real and
+        over S's CSC order (one output column per task, no atomics) and on GPU/TPU sorts the
+        nnz * zeta products by output position and sums sorted segments. Bilinear in (S's
+        values, signs), differentiable in both. A complex S is split into real and
         imaginary parts (Gamma is real).
         """
         from rdr_jax import _kernels
@@ -390,8 +394,9 @@ class SparseSignSketch(_Sketch):
 
 
 def _sparse_sign_xla(A, rows, signs, l):
-    """``Gamma @ A`` as XLA's scatter-add of ``signs[j, t] A[j]`` into row ``rows[j, t]`` (the
-    GPU/TPU lowering of the sparse sign primitive; differentiable by JAX itself)."""
+    """``Gamma @ A`` by the XLA formula of the sparse sign primitive, without the primitive
+    (differentiable by JAX itself): the nonzeros sorted by row once, then a sorted segment
+    sum (GPU/TPU) or a CSR product (CPU)."""
     from rdr_jax import _kernels
     return _kernels.sparse_sign_xla(A, rows, signs, l)
 
