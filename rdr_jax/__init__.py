@@ -71,6 +71,7 @@ from rdr_jax import distributed, outofcore
 from rdr_jax.distributed import shard
 from rdr_jax.outofcore import DiskMatrix, streaming_cur
 from rdr_jax.randomized_svd import CholeskyQR2, Householder, cholesky_qr2
+from rdr_jax._jit import compilation_cache
 
 __version__ = "0.1.0"
 
@@ -90,4 +91,5 @@ __all__ = [
     "StreamingSkeletons", "cur_from_skeletons", "retrieve_skeletons", "streaming_sketches",
     "streaming_skeletons", "outofcore", "DiskMatrix", "streaming_cur",
     "distributed", "shard", "CholeskyQR2", "Householder", "cholesky_qr2",
+    "compilation_cache",
 ]

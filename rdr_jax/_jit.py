@@ -80,3 +80,29 @@ def jit(fun: Optional[Callable] = None, **kwargs):
     if fun is None:
         return functools.partial(jit, **kwargs)
     return _Jitted(fun, kwargs)
+
+
+def compilation_cache(directory: str | os.PathLike | None = None, *,
+                      min_compile_time_s: float = 0.0) -> str:
+    """Turn on JAX's persistent compilation cache for this process (an explicit opt-in: it
+    sets JAX configuration, which rdr_jax never does on its own).
+
+    Compiled programs are written to ``directory`` (default ``$JAX_COMPILATION_CACHE_DIR``,
+    else ``~/.cache/rdr_jax/jax``) and loaded by later processes instead of being compiled
+    again: a script or notebook that calls the same decompositions pays XLA's compile time
+    once per machine (measurements: ``docs/performance.md``). Equivalent to
+    ``jax.config.update("jax_compilation_cache_dir", directory)`` plus a minimum compile time
+    of ``min_compile_time_s`` (JAX's default, 1 s, would skip most rdr_jax programs).
+
+    Returns the directory used.
+
+    Example:
+      >>> rdr_jax.compilation_cache()          # first thing in a script or notebook
+    """
+    path = (directory or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+            or os.path.join(os.path.expanduser("~"), ".cache", "rdr_jax", "jax"))
+    path = os.fspath(path)
+    os.makedirs(path, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))
+    return path

@@ -72,12 +72,13 @@ def stack_padded(arrays):
     return jnp.stack([pad_to(a, shape) for a in arrays])
 
 
-def damped_block(X1, valid, k, l):
+def damped_block(X1, valid):
     """``[X_1; D]`` with ``D = diag(d, ..., d, 1, ..., 1)``: the damping ``d`` of
-    :func:`damping` on the ``k`` valid columns, 1 on the padding columns (whose entries in
-    X_1 are zero)."""
-    diag = jnp.where(valid, damping(X1, k, l), 1.0).astype(X1.dtype)
-    return jnp.concatenate([X1, jnp.diag(diag)], axis=0)
+    ``damping`` on the valid columns, 1 on the padding columns (whose entries in X_1
+    are zero)."""
+    diag = jnp.where(valid, damping(X1)[..., None], 1.0).astype(X1.dtype)
+    return jnp.concatenate([X1, diag[..., None] * jnp.eye(X1.shape[-1], dtype=X1.dtype)],
+                           axis=-2)
 
 
 def sketch_qr(X1_aug, with_inverse: bool = True):
@@ -96,61 +97,77 @@ def sketch_qr(X1_aug, with_inverse: bool = True):
     return jnp.triu(R[..., :kb, :kb]), None
 
 
-#: a pivot-block column whose damped diagonal entry ``|R_jj|`` is below this many times the
-#: damping ``d`` is numerically dependent on the previous ones (see :func:`pseudo_inverse`)
-RANK_FACTOR = 16.0
-
-
-def damping(X1, k, l):
-    """``d = eps sqrt(l k) ||X_1||_F`` (1 for an all-zero block): the damping of
-    :func:`damped_block`, about the rounding level of the block."""
+def damping(X1):
+    """``d = eps ||X_1||_F`` (1 for an all-zero block): the damping of :func:`damped_block`,
+    the rounding level of the block. It keeps every triangular solve finite; which columns
+    count is decided by ``independent``."""
     rdt = real_dtype(X1.dtype)
-    fro = jnp.sqrt(jnp.sum(jnp.abs(X1) ** 2)).astype(rdt)
-    d = (eps(rdt) * jnp.sqrt((jnp.asarray(l) * jnp.asarray(k)).astype(rdt))) * fro
+    d = eps(rdt) * jnp.sqrt(jnp.sum(jnp.abs(X1) ** 2, axis=(-2, -1))).astype(rdt)
     return jnp.where(d > 0, d, 1.0)
 
 
-def pseudo_inverse_system(R, Qt, valid, d):
+def independent(R, valid, rows: int):
+    """The valid columns of a (damped) block of ``rows`` rows whose triangular factor ``R``
+    has ``|R_jj| > eps max(rows, kb) max_i |R_ii|`` (the cut-off of a pseudo-inverse on the
+    numerical rank): numerically independent of the columns before them. The others --
+    zero columns, duplicates, columns past the numerical rank -- get zero coefficients."""
+    dg = jnp.where(valid, jnp.abs(jnp.diagonal(R, axis1=-2, axis2=-1)), 0)
+    thr = jnp.max(dg, axis=-1, keepdims=True) * eps(dg.dtype) * max(rows, R.shape[-1])
+    return valid & (dg > thr)
+
+
+def restrict(R, keep):
+    """``R`` on the ``keep`` block, the identity elsewhere (still upper triangular)."""
+    both = keep[..., :, None] & keep[..., None, :]
+    return jnp.where(both, R, 0) + jnp.eye(R.shape[-1], dtype=R.dtype) * (~keep)[..., None, :]
+
+
+def pseudo_inverse_system(R, Qt, valid):
     """``(a, b)`` with ``a^{-1} b = X_1^+`` on the numerical rank (see
     :func:`pseudo_inverse`), for callers that batch the triangular solve with others."""
-    good = valid & (jnp.abs(jnp.diagonal(R, axis1=-2, axis2=-1)) > RANK_FACTOR * d[..., None])
-    keep = jnp.cumprod(good.astype(jnp.int32), axis=-1).astype(bool)
-    both = keep[..., :, None] & keep[..., None, :]
-    Rk = jnp.where(both, R, 0) + jnp.eye(R.shape[-1], dtype=R.dtype) * (~keep)[..., None, :]
-    return Rk, jnp.where(keep[..., :, None], Qt, 0)
+    keep = independent(R, valid, Qt.shape[-1])
+    return restrict(R, keep), jnp.where(keep[..., :, None], Qt, 0)
 
 
-def pseudo_inverse(R, Qt, valid, d):
+def pseudo_inverse(R, Qt, valid):
     """``X_1^+ = R^{-1} Q_1^H`` on the numerical rank, from the damped factor of
-    :func:`sketch_qr` (one triangular solve, no SVD, no branch): the leading columns whose
-    diagonal entries exceed ``RANK_FACTOR d`` are kept, and the pseudo-inverse of that
-    leading block is returned (rows past it zero). The pivots order the block so that a
-    numerically dependent column comes after the independent ones (LUPP/CPQR on a rank-r
-    sketch: the first r pivots are independent), so the leading block spans ``range(X_1)``.
+    :func:`sketch_qr` (one triangular solve, no SVD, no branch): the columns that are
+    numerically independent of the columns before them (``independent``) are kept, the
+    rows of the others are zero. For a block of full numerical rank this is ``X_1^+`` to
+    working accuracy; for a rank-deficient one (the pivots put the independent columns
+    first: LUPP/CPQR on a rank-r sketch) the pseudo-inverse of its independent columns.
     (Damping alone is not enough: ``sigma / (sigma^2 + d^2)`` peaks at ``1 / (2d)``, which
     amplifies rounding noise of X along the dependent directions.)"""
-    Rk, b = pseudo_inverse_system(R, Qt, valid, d)
-    return solve_triangular(Rk, b, left=True, lower=False)
+    a, b = pseudo_inverse_system(R, Qt, valid)
+    return solve_triangular(a, b, left=True, lower=False)
 
 
 def lam_max_bound(G, squarings: int = SQUARINGS):
     """Upper bound on ``lambda_max`` of a Hermitian PSD ``G`` (batched):
     ``tr(G^p)^(1/p)`` with ``p = 2^squarings``, by repeated squaring with trace
-    normalisation; at most ``k^(1/p)`` times ``lambda_max`` (k the order), inflated by
-    ``1 + 4 k u`` for the rounding of the squarings. NaN in G gives NaN."""
+    normalisation (a rolled loop: one small body to compile); at most ``k^(1/p)`` times
+    ``lambda_max`` (k the order), inflated by ``1 + 4 k u`` for the rounding of the
+    squarings. 0 for ``G = 0``; NaN in G gives NaN."""
     k = G.shape[-1]
     rdt = real_dtype(G.dtype)
-    log_bound = jnp.zeros(G.shape[:-2], rdt)
-    zero = jnp.real(jnp.trace(G, axis1=-2, axis2=-1)) <= 0
-    H = G
-    for j in range(squarings + 1):
-        c = jnp.real(jnp.trace(H, axis1=-2, axis2=-1)).astype(rdt)
+
+    def trace(H):
+        return jnp.real(jnp.trace(H, axis1=-2, axis2=-1)).astype(rdt)
+
+    t0 = trace(G)
+    zero = t0 <= 0
+    safe = jnp.where(zero, 1.0, t0)
+
+    def body(j, carry):
+        H, log_bound = carry
+        H = mm(H, H)
+        c = trace(H)
         c = jnp.where(c > 0, c, jnp.where(jnp.isnan(c), c, 1.0))
-        log_bound = log_bound + jnp.log(c) * (2.0 ** -j)
-        if j < squarings:
-            H = H / c[..., None, None].astype(H.dtype)
-            H = mm(H, H)
-            H = 0.5 * (H + ct(H))
+        return H / c[..., None, None].astype(H.dtype), log_bound + jnp.log(c) * jnp.exp2(
+            -(j + 1).astype(rdt))
+
+    _, log_bound = jax.lax.fori_loop(0, squarings, body,
+                                     (G / safe[..., None, None].astype(G.dtype), jnp.log(safe)))
     return jnp.where(zero, 0.0, jnp.exp(log_bound) * (1.0 + 4.0 * k * eps(rdt))).astype(rdt)
 
 
@@ -173,23 +190,22 @@ def interpolation_norm_bound(G, valid):
     return jnp.sqrt(1.0 + jnp.maximum(jnp.where(jnp.isnan(lam), lam, lam), 0.0))
 
 
-def _guarded_cholesky(G, rows: int):
-    """Cholesky factor of the Hermitian PSD ``G`` (batched): the plain factor when it exists
-    and is accurate (``(max L_ii / min L_ii)^2 <= 0.1 / (k u)``), else the factor of
-    ``G + s I`` with Fukaya et al.'s shift ``s = 11 (h k + k (k + 1)) u tr(G)`` (h the
-    number of rows of the Gram's factor). Both in one batched call."""
+def _cholesky(G):
+    """Cholesky factor of the Hermitian PSD ``G`` (batched; one library call), shifted by
+    ``u tr(G)`` (exact ties and zero pivots of a Gram of orthogonal-ish columns; corrected by
+    the Newton-Schulz polish of :func:`precond_qr`). Should the factorisation still fail --
+    a Gram far worse conditioned than ``u^{-1}``, which the preconditioning and the rank cut
+    before it exclude -- the diagonal (Jacobi) factor is used instead: the result stays
+    finite and :func:`precond_qr` degrades to a regularised least-squares solution."""
     k = G.shape[-1]
     rdt = real_dtype(G.dtype)
-    u = eps(rdt) / 2
-    tr = jnp.real(jnp.trace(G, axis1=-2, axis2=-1)).astype(rdt)
-    s = 11.0 * (rows * k + k * (k + 1)) * u * jnp.where(tr > 0, tr, 1.0)
-    eye = jnp.eye(k, dtype=G.dtype)
-    both = jnp.linalg.cholesky(jnp.concatenate([G[None], (G + s[..., None, None] * eye)[None]]))
-    L0, Ls = both[0], both[1]
-    dg = jnp.abs(jnp.diagonal(L0, axis1=-2, axis2=-1))
-    ok = (jnp.all(jnp.isfinite(L0), axis=(-2, -1))
-          & ((jnp.max(dg, axis=-1) / jnp.min(dg, axis=-1)) ** 2 <= 0.1 / (k * u)))
-    return jnp.where(ok[..., None, None], L0, Ls)
+    dg = jnp.real(jnp.diagonal(G, axis1=-2, axis2=-1)).astype(rdt)
+    s = eps(rdt) * jnp.sum(dg, axis=-1)
+    L = jax.lax.linalg.cholesky(G + (s[..., None, None] * jnp.eye(k, dtype=rdt)).astype(G.dtype),
+                                symmetrize_input=False)
+    jacobi = jnp.sqrt(jnp.maximum(dg, jnp.finfo(rdt).tiny))[..., None, :] * jnp.eye(k, dtype=rdt)
+    ok = jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+    return jnp.where(ok[..., None, None], L, jacobi.astype(G.dtype))
 
 
 def newton_schulz_inverse(G, steps: int = NS_STEPS):
@@ -206,36 +222,39 @@ def newton_schulz_inverse(G, steps: int = NS_STEPS):
 def precond_qr(Y, P, valid, blocks: int = 1):
     """Right-preconditioned CholeskyQR of tall ``Y`` (h x kb; batched over leading axes)
     with an invertible upper-triangular preconditioner ``P`` (kb x kb), restricted to the
-    numerical rank of Y.
+    numerically independent columns.
 
-    ``Y_p = Y P^{-1}``; ``Y_p^H Y_p = L L^H`` (guarded Cholesky, padding block set to I);
-    ``Q = Y_p L^{-H}``, ``R = L^H P`` (``Y = Q R``, upper triangular). The leading columns
-    of Y whose ``|R_jj|`` exceed ``eps max(h, kb) max_i |R_ii|`` are kept (the pivots put
-    numerically dependent columns last): Q's other columns are zeroed, R's other block is
-    the identity, and ``Z ~ (Q^H Q)^{-1}`` (Newton-Schulz) on the kept block, so that
-    ``Q Z Q^H`` is the projector onto the numerical range of Y and ``R^{-1} Z Q^H B`` the
-    minimum-norm-like least-squares solution ``Y^+ B``. Any invertible P keeps
-    ``range(Q) = range(Y)``; P only has to make ``Y P^{-1}`` well-conditioned (a sketch or
-    LU factor). Three library calls (two solves, one Cholesky).
+    ``valid`` marks the columns to factor (the others -- padding, or columns the sketch
+    found dependent, ``independent`` -- are left out: zero in Q, identity in R).
+    ``Y_p = Y P^{-1}``; ``Y_p^H Y_p = L L^H`` (``_cholesky``); ``Q = Y_p L^{-H}``,
+    ``R = L^H P`` (``Y = Q R``, upper triangular); a column whose ``|R_jj|`` falls below
+    ``eps max(h, kb) max_i |R_ii|`` is left out too; ``Z ~ (Q^H Q)^{-1}`` (Newton-Schulz) on
+    the kept block, so that ``Q Z Q^H`` projects onto the numerical range of Y and
+    ``R^{-1} Z Q^H B`` is the least-squares solution ``Y^+ B`` with zero rows for the
+    columns left out. Any invertible P keeps ``range(Q) = range(Y)``; P only has to make
+    ``Y P^{-1}`` well-conditioned (a factor of a sketch of Y). Three library calls (two
+    solves, one Cholesky).
 
     Returns ``(Q, R, Z, numerical rank)``."""
     rows, kb = Y.shape[-2:]
-    pad = jnp.diag((~valid).astype(Y.dtype))
+    Y = jnp.where(valid[..., None, :], Y, 0)
+    P = restrict(P, valid)
+    pad = jnp.eye(kb, dtype=Y.dtype) * (~valid)[..., None, :]
     Yp = right_solve_rows(Y, P, blocks, lower=False)
-    L = _guarded_cholesky(gram(Yp) + pad, rows)
+    L = _cholesky(gram(Yp) + pad)
     Q = right_solve_rows(Yp, L, blocks, lower=True, trans=True)
     R = mm(ct(L), P)
     d = jnp.where(valid, jnp.abs(jnp.diagonal(R, axis1=-2, axis2=-1)), 0)
     nonzero = jnp.any(Y != 0, axis=(-2, -1))[..., None]         # Y = 0: rank 0
-    good = valid & nonzero & (d > jnp.max(d, axis=-1, keepdims=True) * eps(d.dtype)
-                              * max(rows, kb))
-    keep = jnp.cumprod(good.astype(jnp.int32), axis=-1).astype(bool)
+    dmax = jnp.max(d, axis=-1, keepdims=True) * eps(d.dtype)
+    keep = valid & nonzero & (d > dmax * kb)                     # a pseudo-inverse's cut-off
+    nr = jnp.sum(keep & (d > dmax * max(rows, kb)), axis=-1)     # the reported rank
     both = keep[..., :, None] & keep[..., None, :]
     Q = jnp.where(keep[..., None, :], Q, 0)
-    R = jnp.where(both, R, 0) + jnp.eye(kb, dtype=R.dtype) * (~keep)[..., None, :]
+    R = restrict(R, keep)
     eye_out = jnp.eye(kb, dtype=Y.dtype) * (~keep)[..., None, :]
-    Z = jnp.where(both, newton_schulz_inverse(gram(Q) + eye_out), 0)
-    return Q, R, Z, jnp.sum(good, axis=-1).astype(jnp.int32)
+    Z = jnp.where(both, newton_schulz_inverse(gram(Q) + eye_out, NS_STEPS), 0)
+    return Q, R, Z, nr.astype(jnp.int32)
 
 
 def right_solve_rows(Y, a, blocks: int = 1, *, lower: bool, trans: bool = False):

@@ -1,42 +1,42 @@
 """Interpolative and CUR decompositions from randomized skeletons (thesis ``subsec:cur``).
 
 The whole pipeline, sketch -> row-basis approximator -> pivoting -> decomposition, is one
-jitted function per call signature (:mod:`rdr_jax.selection` holds Lines 1-4 of Algorithm
-``algo:sketch_pivot_CUR_general``; this module forms the factors). With column skeletons
+lean jitted program per call signature and rank bucket (:mod:`rdr_jax.selection` holds
+Lines 1-4 of the general Algorithm; this module forms the factors). With column skeletons
 ``cols`` and row skeletons ``rows``, ``C = A(:, cols)``, ``R = A(rows, :)``,
 ``S = A(rows, cols)``:
 
-* column ID  (Eq. ``eq:def_column_id``):   ``A ~ C W``, ``W = C^+ A`` (``interp="exact"``, one
-  extra pass) or ``W = X_1^+ X`` from the sketch (``interp="sketch"``, no extra pass);
-* row ID     (Eq. ``eq:def_row_id``):      ``A ~ W R``, ``W = A R^+`` (or the sketch analogue);
-* two-sided ID (Eq. ``eq:def_two_sided_id``): ``A ~ W_rows S W_cols`` with
-  ``W_rows = C S^{-1}`` (entries bounded by 1 for LUPP rows), never forming ``S^{-1}``;
-* CUR        (Eq. ``eq:def_cur``):          ``A ~ C U R`` with ``U = C^+ A R^+`` computed by the
-  stable QR construction (Eq. ``eq:cur_stable``): ``C = Q_C R_C``, ``R^H = Q_R R_R``,
-  ``U = R_C^{-1} (Q_C^H A Q_R) R_R^{-H}``.
+* column ID (Eq. ``eq:def_column_id``): ``A ~ C W``, ``W = C^+ A`` (``interp="exact"``, one extra pass)
+  or ``W = X_1^+ X`` from the sketch (``interp="sketch"``, no extra pass);
+* row ID: ``A ~ W R``, ``W = A R^+`` (the column ID of ``A^H``);
+* two-sided ID: ``A ~ W_rows S W_cols`` with ``W_rows = C S^{-1} = P^T L L_1^{-1}`` from the
+  LU of C that picked the rows (entries of L at most 1; no solve with S);
+* CUR (Eq. ``eq:def_cur``): ``A ~ C U R``, ``U = C^+ A R^+`` by the stable construction
+  ``U = R_C^{-1} (Q_C^H A Q_R) R_R^{-H}`` (Eq. ``eq:cur_stable``).
 
-Certificates (Thm ``thm:pivoting_on_rangeapprox_error_bound``): ``eta`` for the column
-selection, ``eta_rows`` for rows chosen on C, and (``certify=True``; dense and sparse A) the
-computable Frobenius bounds ``||A - C C^+ A||_F <= bound = eta ||A - A W^+ W||_F`` (W the
-sketch's interpolation matrix) and, for CUR via Eq. ``eq:id_cur_suboptimality``,
-``||A - CUR||_F <= sqrt(1 + eta_rows^2) eta ||A - A W^+ W||_F``.
+``W`` and ``U`` use orthonormal bases of C and ``R^H`` from right-preconditioned CholeskyQR
+(``rdr_jax._linalg.precond_qr``; preconditioners: the triangular factors of Gaussian
+sketches of C and ``R^H``, for C the pivot block of the sketch itself), restricted to the
+numerical rank: no data-dependent branch, no SVD or eigensolver, 7 LAPACK/cuSOLVER calls for
+the column ID and 8 for CUR (``docs/design.md``, "The lean ID/CUR program").
+
+Certificates (Thm ``thm:pivoting_on_rangeapprox_error_bound``): ``eta >= ||T||_2`` for the sketch interpolation matrix T of
+the column selection (an upper bound within ``k^(1/512)``, from traces of powers: GEMMs
+only), ``eta_rows >= ||W_rows||_2``, and (``certify=True``; dense and sparse A) the Frobenius
+bounds ``||A - C C^+ A||_F <= bound = eta ||A - A T^+ T||_F`` and, for CUR (Eq. ``eq:id_cur_suboptimality``),
+``||A - CUR||_F <= sqrt(1 + eta_rows^2) eta ||A - A T^+ T||_F``.
 
 Fixed accuracy: pass a float ``tol`` in (0, 1) instead of an integer rank (like
 ``scipy.linalg.interpolative.interp_decomp(A, eps_or_k)``); the rank is found by the blocked
 randomized LUPP of :mod:`rdr_jax.fixed_accuracy` inside the same jitted computation.
 
 Inside ``jax.jit`` no value check can raise. What the caller gets instead: every result
-carries ``numerical_rank`` (the numerical rank of the skeleton block; ``< rank`` means k
-exceeded the numerical rank of A; 0 means A is numerically zero), ``eta`` is NaN when A holds
-NaN/Inf, and in fixed-accuracy mode ``error_estimate > tol`` means max_rank was reached.
-Eager calls read these three scalars and warn (or raise, ``on_rank_deficient="raise"``). The
-jitted computations contain no host callbacks, so JAX's persistent compilation cache can
-store them (see the README's "Compile time"). On the CPU backend the first call of each
-signature (64-bit data) runs a quickly compiled, speculative executable and the second call
-compiles the optimised one (tiered compilation, ``rdr_jax._jit``; off with
-``RDR_JAX_TIERED_COMPILE=0``).
+carries ``numerical_rank`` (``< rank`` means k exceeded the numerical rank of A; 0 means A is
+numerically zero), ``eta`` is NaN when A holds NaN/Inf, and in fixed-accuracy mode
+``error_estimate > tol`` means max_rank was reached. Eager calls read these scalars and warn
+(or raise, ``on_rank_deficient="raise"``). The programs contain no host callbacks, so JAX's
+persistent compilation cache can store them (:func:`rdr_jax.compilation_cache`).
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -52,9 +52,9 @@ import numpy as np
 from rdr_jax import _jit
 from rdr_jax import _linalg as L
 from rdr_jax import _validation as V
+from rdr_jax import distributed
 from rdr_jax import certify as CE
 from rdr_jax import fixed_accuracy as FA
-from rdr_jax import pivoting as P
 from rdr_jax import selection as SL
 from rdr_jax import sketching
 from rdr_jax._tallqr import as_orthonormalizer
@@ -205,16 +205,25 @@ def _blocks(method: Method) -> int:
     return getattr(ortho, "blocks", 1)
 
 
-def _c_preconditioner(key, op, C, R, sz: SL.Sizes):
-    """The triangular preconditioner of the skeleton block C: the factor ``R`` of its
-    sketch when the pivots came from an oblivious sketch (free), else the damped factor of
-    a fresh Gaussian sketch ``Gamma_c C`` (lb x kb, HIGHEST; one more geqrf)."""
-    if R is not None:
-        return R
-    S = sketching.Gaussian().draw(key, sz.lb, C.shape[0], dtype=C.dtype)
-    Y = SL._unit_scale(S.apply_dense(C, precision=HIGHEST))
-    Y = jnp.where((jnp.arange(sz.lb) < sz.l)[:, None] & sz.valid()[None, :], Y, 0)
-    return L.sketch_qr(L.damped_block(Y, sz.valid(), sz.k, sz.l), with_inverse=False)[0]
+def _sketch_block(key, Y, sz: SL.Sizes):
+    """The damped block ``[Gamma Y; D]`` ((lb + kb) x kb) of a fresh Gaussian sketch of the
+    tall ``Y`` (h x kb, HIGHEST; its triangular factor preconditions Y: Gamma is an
+    oblivious subspace embedding of range(Y))."""
+    S = sketching.Gaussian().draw(key, sz.lb, Y.shape[0], dtype=Y.dtype)
+    Z = SL._unit_scale(S.apply_dense(Y, precision=HIGHEST))
+    if not isinstance(sz.l, int):
+        Z = jnp.where((jnp.arange(sz.lb) < sz.l)[:, None] & sz.valid()[None, :], Z, 0)
+    return L.damped_block(Z, sz.valid())
+
+
+def _c_preconditioner(key, C, R, sz: SL.Sizes):
+    """``(P, independent columns)``: the triangular preconditioner of the skeleton block C
+    -- the factor ``R`` of its sketch when the pivots came from an oblivious sketch (free),
+    else the damped factor of a fresh Gaussian sketch ``Gamma_c C`` (one more geqrf) -- and
+    the columns it finds numerically independent."""
+    if R is None:
+        R = L.sketch_qr(_sketch_block(key, C, sz), with_inverse=False)[0]
+    return R, L.independent(R, sz.valid(), sz.lb)
 
 
 def _unit(C):
@@ -226,36 +235,43 @@ def _unit(C):
     return C * s, s
 
 
-def _exact_coefficients(op, C, J, P, sz: SL.Sizes, blocks: int = 1):
+def _exact_coefficients(op, C, J, P, keep, sz: SL.Sizes, blocks: int = 1):
     """``W = C^+ A`` (Eq. ``eq:def_column_id``, the best coefficients for these skeletons)
-    by right-preconditioned CholeskyQR (:func:`rdr_jax._linalg.precond_qr`):
+    by right-preconditioned CholeskyQR (``rdr_jax._linalg.precond_qr``):
     ``C = Q R``, ``W = R^{-1} Z Q^H A``, ``Z ~ (Q^H Q)^{-1}``. Returns ``(W, numerical
-    rank of C)``; rows of W past k are zero and ``W(:, cols) = I`` on the valid block."""
+    rank of C)``; rows of W past k, and of the columns ``keep`` leaves out (numerically
+    dependent), are zero, and ``W(:, cols) = I`` on the valid block."""
     valid = sz.valid()
     Cn, s = _unit(C)
-    Q, R, Z, nr = L.precond_qr(Cn, P, valid, blocks)
+    Q, R, Z, nr = L.precond_qr(Cn, P, keep, blocks)
     B = op.rmatmat(Q * s).conj().T                                   # 2^-e Q^H A (kb x n)
     W = L.solve_triangular(R, L.mm(Z, B), left=True, lower=False)
     W = jnp.where(valid[:, None], W, 0)
     return SL._with_identity(W, J, valid), nr
 
 
-def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, extra_left=(), blocks: int = 1):
+def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, extra_left=(), blocks: int = 1,
+                  sharded: bool = False):
     """``U = C^+ A R^+`` (Eq. ``eq:cur_stable``) from preconditioned CholeskyQR of C and
-    ``R^H`` in one batch (:func:`rdr_jax._linalg.precond_qr`, ``C = Q_C R_C``,
+    ``R^H`` in one batch (``rdr_jax._linalg.precond_qr``, ``C = Q_C R_C``,
     ``R^H = Q_R R_R``): ``U = R_C^{-1} Z_C (Q_C^H A Q_R) Z_R R_R^{-H}``. ``PC``, ``PR``:
     triangular preconditioners of C and ``R^H``. ``extra_left``: further ``(a, b)`` upper
     triangular left solves batched with the first solve of U (their results are returned).
-    Returns ``(U, numerical rank of C, extra results)``."""
+    ``sharded``: A is sharded over devices; C and ``R^H`` are then factored apart (stacked,
+    the R^H half would inherit C's row sharding and be sliced across shard boundaries,
+    which deadlocked XLA:CPU's partitioned product with A on 4 virtual devices).
+    ``PC``, ``PR``: ``(P, independent columns)`` pairs. Returns ``(U, numerical rank of C,
+    extra results)``."""
     m, n = op.shape
     valid = sz.valid()
     Cn, sc = _unit(C)
     Rn, sr = _unit(Rm.conj().T)                                      # R^H, n x kb
-    if blocks > 1:          # C row-sharded like A: its solves stay local (no padding)
-        (Qc, Rc, Zc, nr), (Qr, Rr, Zr, _) = (L.precond_qr(Cn, PC, valid, blocks),
-                                             L.precond_qr(Rn, PR, valid))
+    if blocks > 1 or sharded:     # C row-sharded like A: its solves stay local
+        (Qc, Rc, Zc, nr), (Qr, Rr, Zr, _) = (L.precond_qr(Cn, *PC, blocks),
+                                             L.precond_qr(Rn, *PR))
     else:                   # one batch: every small factorisation is a single library call
-        Q, Rf, Z, nrs = L.precond_qr(L.stack_padded([Cn, Rn]), jnp.stack([PC, PR]), valid)
+        Q, Rf, Z, nrs = L.precond_qr(L.stack_padded([Cn, Rn]), jnp.stack([PC[0], PR[0]]),
+                                     jnp.stack([PC[1], PR[1]]))
         (Qc, Rc, Zc), (Qr, Rr, Zr) = (Q[0, :m], Rf[0], Z[0]), (Q[1, :n], Rf[1], Z[1])
         nr = nrs[0]
     Qc, Qr = Qc * sc, Qr * sr
@@ -343,6 +359,11 @@ class _Options:
     side: str = "column"
     certify: bool = False
     delta: Optional[float] = None     # error certificate at failure probability delta
+    #: a concrete input sharded over several devices: no batched factorisation (jaxlib's
+    #: CPU LAPACK kernels spread a batch over the intra-op thread pool and wait for it; with
+    #: several CPU devices on few cores every pool thread can be such a waiter: a deadlock
+    #: seen with 4 virtual devices on 2 cores), and C and R^H factored apart
+    sharded: bool = False
 
 
 # --------------------------------------------------------------------------------------
@@ -361,7 +382,7 @@ def _column_id(key, op, sz: SL.Sizes, opts: _Options):
     two = opts.side == "two_sided"
     lu = SL.lu_rows(C, sz) if two and type(method.pivot) is LUPP else None
     # X_1^+ (and L_1^{-H} for the rows) in one batched solve
-    pinv = L.pseudo_inverse_system(R_s, Qt, valid, L.damping(pb.X1, sz.k, sz.l))
+    pinv = L.pseudo_inverse_system(R_s, Qt, valid)
     lefts = [pinv] + ([SL.l1_inverse_rhs(lu)] if lu is not None else [])
     width = max(b.shape[-1] for _, b in lefts)
     sol = L.solve_triangular(jnp.stack([a for a, _ in lefts]),
@@ -374,12 +395,12 @@ def _column_id(key, op, sz: SL.Sizes, opts: _Options):
     need_T = method.interp == "sketch" or opts.certify
     T = SL.sketch_interpolation(piv, valid) if need_T else None
     if method.interp == "exact":
-        P = _c_preconditioner(k3, op, C, piv.R, sz)
-        W, nr = _exact_coefficients(op, C, J, P, sz, _blocks(method))
+        P, keep = _c_preconditioner(k3, C, piv.R, sz)
+        W, nr = _exact_coefficients(op, C, J, P, keep, sz, _blocks(method))
     else:
         W = T
-        P = piv.R if piv.R is not None else _c_preconditioner(k3, op, C, None, sz)
-        nr = L.numerical_rank(P, valid, C.shape[0])
+        nr = jnp.sum(_c_preconditioner(k3, C, piv.R, sz)[1])
+        nr = nr.astype(jnp.int32)
     certifiable = isinstance(op, (DenseOperator, SparseOperator))
     bound = piv.eta * _row_space_residual_fro(op, T) if opts.certify and certifiable else None
     rank = jnp.asarray(sz.k, jnp.int32)
@@ -402,7 +423,7 @@ def _with_certificate(res, key, op, delta):
 
 @functools.partial(_jit.jit, static_argnames=("kb", "lb", "opts"))
 def _interpolative(key, op, k, l, kb, lb, opts: _Options):
-    sz = SL.Sizes(k, l, kb, lb)
+    sz = SL.Sizes.of(k, l, kb, lb)
     if opts.side == "row":
         res = _column_id(key, op.H, sz, dataclasses.replace(opts, side="column"))
         res = RowID(res.cols, res.W.conj().T, res.C.conj().T, res.eta, res.rank,
@@ -414,7 +435,7 @@ def _interpolative(key, op, k, l, kb, lb, opts: _Options):
 
 @functools.partial(_jit.jit, static_argnames=("kb", "lb", "opts"))
 def _cur(key, op, k, l, kb, lb, opts: _Options):
-    sz = SL.Sizes(k, l, kb, lb)
+    sz = SL.Sizes.of(k, l, kb, lb)
     method = opts.method
     valid = sz.valid()
     certify = opts.certify and isinstance(op, (DenseOperator, SparseOperator))
@@ -435,21 +456,21 @@ def _cur(key, op, k, l, kb, lb, opts: _Options):
         I = rp.rows
     Rm = jnp.where(valid[:, None], op.rows(I), 0)
     # triangular factors of the damped sketch pivot block (preconditions C, gives X_1^+) and
-    # of the damped S^H, S = A(rows, cols) (preconditions R^H): one batched Householder call
-    S_H = jnp.where(valid[:, None] & valid[None, :], C[I], 0).conj().T
-    blocks = [SL.damped_pivot_block(pb, sz)]
-    if not srcur:
-        blocks.append(L.damped_block(SL._unit_scale(S_H), valid, sz.k, sz.k))
-    Rb, Qtb = L.sketch_qr(L.stack_padded(blocks))
-    R_s, Qt = Rb[0], Qtb[0][:, :pb.X1.shape[0]]
-    PR = Rb[1] if not srcur else L.sketch_qr(
-        L.damped_block(SL._unit_scale(S_H), valid, sz.k, sz.k), with_inverse=False)[0]
-    PC = _c_preconditioner(k3, op, C, R_s if pb.oblivious else None, sz)
-    extra = [] if srcur else [L.pseudo_inverse_system(R_s, Qt, valid,
-                                                      L.damping(pb.X1, sz.k, sz.l))]
+    # of a damped Gaussian sketch of R^H (preconditions R^H): one batched Householder call
+    k3, k4 = jax.random.split(k3)
+    r_block = _sketch_block(k4, Rm.conj().T, sz)
+    if opts.sharded:        # no batched LAPACK call: see _Options.sharded
+        R_s, Qt = L.sketch_qr(SL.damped_pivot_block(pb, sz))
+        R_r = L.sketch_qr(r_block, with_inverse=False)[0]
+    else:
+        Rb, Qtb = L.sketch_qr(L.stack_padded([SL.damped_pivot_block(pb, sz), r_block]))
+        R_s, Qt, R_r = Rb[0], Qtb[0][:, :pb.X1.shape[0]], Rb[1]
+    PR = (R_r, L.independent(R_r, valid, sz.lb))
+    PC = _c_preconditioner(k3, C, R_s if pb.oblivious else None, sz)
+    extra = [] if srcur else [L.pseudo_inverse_system(R_s, Qt, valid)]
     if lupp:
         extra.append(SL.l1_inverse_rhs(lu))
-    U, nr, sols = _stable_cur_U(op, C, Rm, PC, PR, sz, extra, _blocks(method))
+    U, nr, sols = _stable_cur_U(op, C, Rm, PC, PR, sz, extra, _blocks(method), opts.sharded)
     if srcur:
         eta = piv.eta
         Wsk = piv.T
@@ -683,7 +704,8 @@ def cur(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = None,
     m.pivot.check_backend()
     l = sketch_size(m, k, op.shape, l)
     sz = SL.plan(m, k, l, op.shape)
-    res = SL.trim(_cur(key, op, *sz, _Options(m, "cur", bool(certify), delta)), k,
+    sharded = distributed.row_shards(op) > 1 or distributed.col_shards(op) > 1
+    res = SL.trim(_cur(key, op, *sz, _Options(m, "cur", bool(certify), delta, sharded)), k,
                   _TRIM["cur"])
     _check_result(res, k, on_rank_deficient)
     return res

@@ -202,15 +202,15 @@ def leverage(key, V: jax.Array, k: int, *, mode: str = "sample") -> jax.Array:
 def _pivot_map(X1):
     """``M = X_1^+`` (k x l) for the l x k pivot block ``X_1`` (``l >= k``, columns in pivot
     order) from one Householder factorisation of the damped ``[X_1; d I]`` and one
-    triangular solve (:func:`rdr_jax._linalg.pseudo_inverse`): ``X_1^+`` to working accuracy
+    triangular solve (``rdr_jax._linalg.pseudo_inverse``): ``X_1^+`` to working accuracy
     for a block of full numerical rank, the pseudo-inverse of its leading independent
     columns for a rank-deficient one (0 for an all-zero block). No SVD, no branch. Callers
     pass a power-of-two-rescaled block (:func:`_unit`), so nothing overflows.
     """
     l, k = X1.shape
     valid = jnp.ones((k,), bool)
-    R, Qt = _linalg.sketch_qr(_linalg.damped_block(X1, valid, k, l))
-    return _linalg.pseudo_inverse(R, Qt, valid, _linalg.damping(X1, k, l))
+    R, Qt = _linalg.sketch_qr(_linalg.damped_block(X1, valid))
+    return _linalg.pseudo_inverse(R, Qt, valid)
 
 
 @jax.jit

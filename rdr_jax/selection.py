@@ -112,7 +112,9 @@ class LUPP(_Pivot):
     """LU with partial pivoting on ``X^T`` (Eq. ``eq:def_LUPP``; every backend)."""
 
     def select(self, key, X, k):
-        return P.lupp(X, k)
+        # X is unit-scaled by the pipeline (pivot_block): partial pivoting on it directly
+        # gives P.lupp's pivots (a power-of-two scaling changes no comparison)
+        return jax.lax.linalg.lu(X[:k].T)[2][:k].astype(jnp.int32)
 
 
 def _cpqr_backend(impl: str, what: str) -> None:
@@ -442,7 +444,14 @@ class Sizes(NamedTuple):
     lb: int
 
     def valid(self):
+        if isinstance(self.k, int):          # unpadded: a constant mask XLA folds away
+            return jnp.asarray(np.arange(self.kb) < self.k)
         return jnp.arange(self.kb) < self.k
+
+    @classmethod
+    def of(cls, k, l, kb: int, lb: int) -> "Sizes":
+        """Inside a jitted pipeline: ``k``/``l`` traced, or None for the unpadded sizes."""
+        return cls(kb if k is None else k, lb if l is None else l, kb, lb)
 
 
 def _unit_scale(X):
@@ -485,7 +494,7 @@ def row_basis(key, op: LinearOperator, sz: Sizes, method: Method) -> RowBasis:
     if q == 0:
         S = method.sketch.draw(key, sz.lb, op.shape[0], dtype=op.dtype)
         X = op.apply_sketch(S)
-        if sz.lb != sz.kb or isinstance(sz.l, jax.Array):
+        if not isinstance(sz.l, int):
             X = jnp.where((jnp.arange(sz.lb) < sz.l)[:, None], X, 0)
         return RowBasis(X, None, S)
     Y = power_range(key, op, sz.lb, method.sketch, q - 1, method.stable, ortho)
@@ -501,7 +510,7 @@ class ColumnPivots(NamedTuple):
     is the sketch interpolation matrix; R: the triangular factor of the damped pivot block
     (kb x kb, ``R^H R = X_1^H X_1 + D^2``), a preconditioner for ``C = A(:, cols)`` when
     ``preconditions`` (X an oblivious sketch of A, else None); Uk: the rSVD's ``U_k`` or
-    None; eta: ``>= ||T||_2`` (:func:`rdr_jax._linalg.norm2_bound`, within
+    None; eta: ``>= ||T||_2`` (``rdr_jax._linalg.norm2_bound``, within
     ``kb^(1/512)``); T: the interpolation matrix when it was formed (SRCUR), else None.
     """
 
@@ -540,7 +549,7 @@ def _eta_of_map(M, X, cols, valid):
 class PivotBlock(NamedTuple):
     """Lines 1-3 before any factorisation: pivots ``cols`` (kb,), the unit-scaled row basis
     ``X`` (lb x n), the pivot block ``X1 = X(:, cols)`` (lb x kb, padding columns zero;
-    recomputed at HIGHEST on accelerators, see :func:`pivot_block`), the rSVD's ``U_k``
+    recomputed at HIGHEST on accelerators, see ``pivot_block``), the rSVD's ``U_k``
     (or None) and whether X is an oblivious sketch of A (then ``X1`` sketches C too)."""
 
     cols: jax.Array
@@ -571,9 +580,9 @@ def pivot_block(key, op: LinearOperator, sz: Sizes, method: Method) -> PivotBloc
 
 
 def damped_pivot_block(pb: PivotBlock, sz: Sizes):
-    """``[X_1; D]`` for :func:`rdr_jax._linalg.sketch_qr` (damping ``d = eps sqrt(l k)
-    ||X_1||_F``: the pseudo-inverse of a rank-deficient block needs no other route)."""
-    return L.damped_block(pb.X1, sz.valid(), sz.k, sz.l)
+    """``[X_1; D]`` for ``rdr_jax._linalg.sketch_qr`` (damping ``d = eps ||X_1||_F``:
+    every solve stays finite for a rank-deficient block)."""
+    return L.damped_block(pb.X1, sz.valid())
 
 
 def finish_columns(pb: PivotBlock, R, Qt, M, sz: Sizes, method: Method) -> ColumnPivots:
@@ -592,12 +601,12 @@ def pivot_columns(key, op: LinearOperator, sz: Sizes, method: Method) -> ColumnP
     """Lines 1-3: pivots, the damped pseudo-inverse of the pivot block and ``eta``.
 
     The pivot block ``X_1 = X(:, cols)`` (lb x kb) is factored once by Householder with a
-    damping ``D`` (:func:`rdr_jax._linalg.sketch_qr`): ``R^H R = X_1^H X_1 + D^2`` and
+    damping ``D`` (``rdr_jax._linalg.sketch_qr``): ``R^H R = X_1^H X_1 + D^2`` and
     ``X_1^+ = R^{-1} Q_1^H`` (two library calls).
     """
     pb = pivot_block(key, op, sz, method)
     R, Qt = L.sketch_qr(damped_pivot_block(pb, sz))
-    M = L.pseudo_inverse(R, Qt, sz.valid(), L.damping(pb.X1, sz.k, sz.l))
+    M = L.pseudo_inverse(R, Qt, sz.valid())
     return finish_columns(pb, R, Qt, M, sz, method)
 
 
@@ -651,7 +660,7 @@ def pivot_rows(key, C, sz: Sizes, method: Method, Uk=None) -> RowPivots:
     ``W_rows = C C(rows, :)^{-1}``.
 
     LUPP on C (the default): ``P C = L U`` gives the rows and ``W_rows = P^T L L_1^{-1}``
-    (:func:`rows_from_lu`). Other schemes: ``W_rows^H = (S^H)^+ C^H`` from the damped
+    (``rows_from_lu``). Other schemes: ``W_rows^H = (S^H)^+ C^H`` from the damped
     factor of ``S^H = C(rows, :)^H``.
     """
     valid = sz.valid()
@@ -666,25 +675,25 @@ def pivot_rows(key, C, sz: Sizes, method: Method, Uk=None) -> RowPivots:
         W = Wt.T
     else:
         S1 = jnp.where(valid[:, None] & valid[None, :], Cn[I].conj().T, 0)   # S^H
-        Rs, Qt = L.sketch_qr(L.damped_block(S1, valid, sz.k, sz.k))
-        Ms = L.pseudo_inverse(Rs, Qt, valid, L.damping(S1, sz.k, sz.k))
+        Rs, Qt = L.sketch_qr(L.damped_block(S1, valid))
+        Ms = L.pseudo_inverse(Rs, Qt, valid)
         W = L.ct(L.mm(Ms, L.ct(Cn)))
         eye = jnp.eye(sz.kb, dtype=W.dtype)
-        W = W.at[I].set(jnp.where(valid[None, :], eye, W[I]))
+        W = W.at[I].set(jnp.where(valid[:, None], eye, W[I]))
     W = jnp.where(valid[None, :], W, 0)
     return RowPivots(I, W, L.interpolation_norm_bound(L.gram(W), valid))
 
 
 @functools.partial(_jit.jit, static_argnames=("kb", "lb", "method"))
 def _select_columns(key, op, k, l, kb, lb, method):
-    sz = Sizes(k, l, kb, lb)
+    sz = Sizes.of(k, l, kb, lb)
     piv = pivot_columns(key, op, sz, method)
     return ColumnSelection(piv.cols, sketch_interpolation(piv, sz.valid()), piv.eta)
 
 
 @functools.partial(_jit.jit, static_argnames=("kb", "lb", "method"))
 def _select_skeletons(key, op, k, l, kb, lb, method):
-    sz = Sizes(k, l, kb, lb)
+    sz = Sizes.of(k, l, kb, lb)
     k1, k2 = jax.random.split(key)
     piv = pivot_columns(k1, op, sz, method)
     C = jnp.where(sz.valid()[None, :], op.cols(piv.cols), 0)
@@ -695,13 +704,13 @@ def _select_skeletons(key, op, k, l, kb, lb, method):
 
 def plan(method: "Method", k: int, l: int, shape) -> Sizes:
     """Static and dynamic sizes of an eager call: the rank bucket when the method allows it
-    (:func:`bucketable`), else exact sizes."""
+    (:func:`bucketable`; k and l are then traced, so every rank of a bucket -- the bucket
+    size itself included -- shares one program), else exact static sizes."""
     if not bucketable(method):
-        return Sizes(np.int32(k), np.int32(l), k, l)
+        return Sizes(None, None, k, l)
     cap = min(shape)
     kb = rank_bucket(k, cap)
-    lb = min(kb + (l - k), cap)
-    return Sizes(np.int32(k), np.int32(l), kb, lb)
+    return Sizes(np.int32(k), np.int32(l), kb, min(kb + (l - k), cap))
 
 
 def trim(res, k: int, fields: dict):

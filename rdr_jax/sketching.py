@@ -40,7 +40,7 @@ import numpy as np
 
 from rdr_jax import _jit
 from rdr_jax import _validation as V
-from rdr_jax.operators import HIGHEST, pytree_dataclass, as_operator
+from rdr_jax.operators import pytree_dataclass, as_operator
 
 __all__ = ["gaussian", "srtt", "sparse_sign", "make_sketch", "as_sketch", "SKETCHES",
            "Gaussian", "SRTT", "SparseSign", "GaussianSketch", "SRTTSketch", "SparseSignSketch",

@@ -84,8 +84,9 @@ def load_experiment(name: str):
 
 @pytest.fixture
 def script():
-    """``script(name)`` imports an experiment script; jax_enable_x64 (which the scripts turn
-    on) is restored afterwards."""
+    """``script(name)`` imports an experiment script. The scripts scope float64 with
+    ``jax.enable_x64`` (see ``experiments/_common.run_main``); the process-wide
+    ``jax_enable_x64`` is restored afterwards all the same, in case a test changes it."""
     prev = jax.config.jax_enable_x64
     try:
         yield load_experiment

@@ -30,8 +30,8 @@ def _coefficients(A, k, key=0):
     sz = SL.Sizes(k, k + 10, k, k + 10)
     J = jnp.arange(k)
     C = op.cols(J)
-    P = D._c_preconditioner(jax.random.key(key), op, C, None, sz)
-    return jax.jit(lambda C, P: D._exact_coefficients(op, C, J, P, sz))(C, P)
+    P, keep = D._c_preconditioner(jax.random.key(key), C, None, sz)
+    return jax.jit(lambda C, P, keep: D._exact_coefficients(op, C, J, P, keep, sz))(C, P, keep)
 
 
 @pytest.mark.parametrize("cond_c", [10.0, 1e6, 1e9])

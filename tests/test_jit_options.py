@@ -1,7 +1,6 @@
 """rdr_jax._jit: per-function XLA:CPU compile options (faster compiles, same results)."""
 
 import jax
-import pytest
 import jax.numpy as jnp
 import numpy as np
 

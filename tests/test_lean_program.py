@@ -50,8 +50,9 @@ def test_rank_sweep_compiles_at_most_five_programs():
     assert {SL.rank_bucket(k, 240) for k in range(10, 201, 10)} == {16, 25, 50, 100, 200}
 
 
-@pytest.mark.parametrize("k", [10, 30, 70, 130])
-def test_rank_buckets_give_the_same_skeletons_and_factors(k, x64):
+@pytest.mark.parametrize("k,method", [(10, "lupp"), (30, "lupp"), (70, "lupp"), (130, "lupp"),
+                                      (30, "cpqr")])
+def test_rank_buckets_give_the_same_skeletons_and_factors(k, method, x64):
     """The padded program (rank bucket) and the exact-size program agree: same skeletons,
     factors to rounding."""
     rng = np.random.default_rng(k)
@@ -60,7 +61,7 @@ def test_rank_buckets_give_the_same_skeletons_and_factors(k, x64):
     A = jnp.asarray((U * np.exp(-np.arange(200) / 25)) @ V.T)
     op = R.as_operator(A)
     key = jax.random.key(3)
-    m = SL.resolve_method("lupp")
+    m = SL.resolve_method(method)
     l = k + 10
     sz = SL.plan(m, k, l, op.shape)
     assert sz.kb > k                                       # the call is padded
