@@ -93,12 +93,20 @@ def loadavg():
 
 
 
-def run_main(parse_args, run, argv=None):
-    """The scripts' ``main``: parse, switch on float64 (also when imported after x64 was
-    turned off), limit the host thread pools, run."""
+def run_main(parse_args, run, argv=None, *, x64=False):
+    """The scripts' ``main``: parse, then run in float64 or float32 with the host thread
+    pools limited.
+
+    ``x64`` (a bool, or a function of the parsed arguments returning one) is the script's
+    precision, recorded in its docstring: ``run`` executes inside ``jax.enable_x64(x64)``, a
+    scoped, thread-local setting restored on return, so a script never flips the
+    process-wide ``jax_enable_x64`` flag (importing or calling it leaves the caller's setting
+    alone) and a float32 script stays in native float32 on GPU/TPU even in a process that
+    turned float64 on.
+    """
     args = parse_args(argv)
-    jax.config.update("jax_enable_x64", True)
-    with host_threads(args.host_threads):
+    flag = bool(x64(args) if callable(x64) else x64)
+    with jax.enable_x64(flag), host_threads(args.host_threads):
         return run(args, argv)
 
 

@@ -70,6 +70,8 @@ config), ``<table>.png`` (DSC measured vs thesis per row, error bars over seeds)
 invocation a run shared by several tables (e.g. the full-set baseline of
 ``synapse_sample_eff``, ``trim`` and ``ablation``) is trained once (``reused`` column);
 nothing is cached between invocations.
+
+float32: network training; nothing here needs float64.
 """
 
 from __future__ import annotations

@@ -43,6 +43,8 @@ Outputs in ``--out`` (default ``experiments/results/bench_adawac``): ``results.j
 ``results.csv`` (one row per method), ``config.json`` (arguments, config, environment) and
 ``bench_adawac.png`` (images/s per method with IQR bars). Runs unchanged on GPU (the backend and
 device kind are printed and saved).
+
+float32: times float32 training steps.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ the factors agree, and reports the CUR error ``||A - C U R||_F / ||A||_F``.
 Results: ``bench_outofcore.json`` (``bench_outofcore_quick.json`` with ``--quick``) in
 ``--out`` (default ``experiments/results/bench_outofcore``), with the configuration and the
 environment.
+
+float64: needed because the file and the in-memory reference are float64 (scoped
+jax.enable_x64).
 """
 
 from __future__ import annotations
@@ -70,9 +73,16 @@ def _status(key: str) -> int:
 
 
 def child(args) -> None:
-    """Runs in a subprocess: cold and warm streaming CUR of the file; prints JSON."""
+    """Runs in a subprocess: cold and warm streaming CUR of the file (float64, scoped with
+    ``jax.enable_x64``); prints JSON."""
     import jax
-    jax.config.update("jax_enable_x64", True)
+    with jax.enable_x64(True):
+        _child(args)
+
+
+def _child(args) -> None:
+    import jax
+
     from rdr_jax import outofcore as O
 
     base = _status("VmRSS")
@@ -101,10 +111,16 @@ def child(args) -> None:
 
 
 def compare(path: Path, fmt: str, args, res: dict) -> dict:
-    """In-memory reference on the same blocks; CUR error of the out-of-core result."""
+    """In-memory reference on the same blocks; CUR error of the out-of-core result (float64,
+    scoped: this runs in the calling process, whose x64 flag is left alone)."""
     import jax
-    jax.config.update("jax_enable_x64", True)
+    with jax.enable_x64(True):
+        return _compare(path, fmt, args, res)
+
+
+def _compare(path: Path, fmt: str, args, res: dict) -> dict:
     import h5py
+    import jax
 
     from rdr_jax import streaming as ST
     if fmt == "hdf5":

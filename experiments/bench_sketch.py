@@ -16,9 +16,11 @@ sketch size l in ``--ls`` (default 32, 128, 512):
                                    dispatched as one compiled call).
 * ``sparse_sign: apply in jit (pre-drawn)`` -- ``jax.jit(lambda S, A: S.apply(A))`` with S drawn
                                    outside: on CPU the numba kernel reached through the XLA FFI
-                                   (reads A's buffer in place), XLA's scatter-add elsewhere.
+                                   (reads A's buffer in place), a sorted segment sum elsewhere.
 * ``sparse_sign: draw+apply``   -- ``sparse_sign(k, l, m, zeta).apply(A)`` in one jitted call.
-* ``sparse_sign xla: apply (pre-drawn)`` -- ``S.apply_dense(A, impl="xla")`` (XLA scatter-add).
+* ``sparse_sign xla: apply (pre-drawn)`` -- ``S.apply_dense(A, impl="xla")`` (the XLA formula:
+                                   nonzeros sorted by row, then jaxlib's CSR product on CPU,
+                                   a sorted segment sum elsewhere).
 * ``numba kernel direct (host, no JAX)`` -- diagnostic: the same CPU kernel
                                    (``rdr_jax._kernels.sparse_sign_apply_host``) called on numpy
                                    arrays, without JAX (the difference to ``apply in jit`` is the
@@ -41,6 +43,8 @@ Run (from the repository root)::
     python experiments/bench_sketch.py --quick    # m=8192, 3 repeats, a few seconds
 
 Works on any JAX backend (``jax.default_backend()``); the scipy row always runs on the host.
+
+float32; the float64 block (--f64) runs under a scoped jax.enable_x64(True).
 """
 
 from __future__ import annotations

@@ -34,6 +34,8 @@ convolutions into grouped convolutions (~3x slower per model), and ``lax.scan`` 
 Outputs in ``--out`` (default ``experiments/results/dac_digits``): ``results.csv`` (one row per
 alpha, method, lambda, seed), ``results.json`` (rows, summaries, verdicts),
 ``dac_digits.png`` (lambda sweep and alpha sweep, mean +- std over seeds), ``config.json``.
+
+float32: CNN training; nothing here needs float64.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ error sqrt(sum_{i>k} s_i^2) / ||A||_F (Eckart-Young) and the time, against a ful
 LAPACK SVD (numpy) where the matrix is small enough to have one. The last row is the
 10^6 x 10^6 factored SNN matrix of thesis Sec. ``subsec:exp_cur``, whose exact error is
 computed in factored form: ||A - U U^T A||_F^2 = ||A||_F^2 - ||U^T A||_F^2.
+
+float32: the errors shown are far above float32 rounding.
 """
 
 from __future__ import annotations

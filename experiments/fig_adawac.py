@@ -56,6 +56,8 @@ Outputs in ``--out`` (default ``experiments/results/fig_adawac``):
 ``<figure>.png``, ``<figure>.json`` (numbers, claims, config), ``<figure>.csv`` (weights:
 one row per epoch; overlays: one row per shown slice), ``results.json`` (all claims) and
 ``config.json``.
+
+float32: network training and plots; nothing here needs float64.
 """
 
 from __future__ import annotations

@@ -109,6 +109,9 @@ Outputs in ``--out`` (default ``experiments/results/fig_canonical_angles``): ``r
 (one row per matrix, k, l, q, side, i: the true sine and every bound/estimate in both modes),
 ``results.json`` (per-panel summaries, validity flags, verdicts), one
 ``fig_canonical_angles_<tag>_k<k>_l<l>_q<q1>-<q2>.png`` per configuration, ``config.json``.
+
+float64: needed because the bounds are checked against true sines down to the float64 rounding
+floor (FLOOR = 1e-13).
 """
 
 from __future__ import annotations
@@ -122,14 +125,11 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm import tqdm
 
-jax.config.update("jax_enable_x64", True)
-
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from rdr_jax import angles, datasets, matrices  # noqa: E402
+from rdr_jax import angles, datasets, matrices
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import env_info, loadavg, run_main, trials_mesh  # noqa: E402
@@ -604,7 +604,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    return run_main(parse_args, run, argv)
+    return run_main(parse_args, run, argv, x64=True)
 
 
 def configs_for(name: str, args) -> list:

@@ -28,6 +28,9 @@ the target risk ``1/2 ||theta - theta*||^2_{Sigma_t}`` is exact given theta.
 
 Outputs in ``--out`` (default ``experiments/results/fig_domain_adaptation``): ``results.csv``,
 ``results.json``, ``fig_domain_adaptation.png``, ``config.json``.
+
+float32: Monte-Carlo risks are checked against the closed forms to 5% (3 s.e.), far above
+float32 rounding.
 """
 
 from __future__ import annotations
@@ -40,12 +43,9 @@ import time
 from pathlib import Path
 
 import jax
+from tqdm import tqdm
 
-jax.config.update("jax_enable_x64", True)
-
-from tqdm import tqdm  # noqa: E402
-
-from rdr_jax.dac import domain_adaptation as DA  # noqa: E402
+from rdr_jax.dac import domain_adaptation as DA
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import env_info, floats, ints, run_main  # noqa: E402

@@ -85,6 +85,9 @@ Outputs in ``--out`` (default ``experiments/results/fig_rand_err_rank``): ``resu
 (one row per data set, method, k), ``results.json`` (rows, optimal errors, verdicts),
 ``fig_rand_err_rank_<dataset>.png`` (Frobenius error, spectral error, time; for SNN1e6:
 Frobenius error, zoomed Frobenius error, time), ``config.json``.
+
+float64: needed because errors (some via ||A||^2 - ||projection||^2) are compared with the
+optimal ones to 1e-6 relative.
 """
 
 from __future__ import annotations
@@ -100,19 +103,16 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.linalg
+import scipy.sparse.linalg
+from tqdm import tqdm
 
-jax.config.update("jax_enable_x64", True)
-
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import scipy.linalg  # noqa: E402
-import scipy.sparse.linalg  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-import rdr_jax as R  # noqa: E402
-from rdr_jax import datasets, matrices  # noqa: E402
-from rdr_jax.operators import FactoredOperator, SparseOperator  # noqa: E402
-from rdr_jax.selection import (THESIS_NAMES, Leverage, Method, resolve_method,  # noqa: E402
+import rdr_jax as R
+from rdr_jax import datasets, matrices
+from rdr_jax.operators import FactoredOperator, SparseOperator
+from rdr_jax.selection import (THESIS_NAMES, Leverage, Method, resolve_method,
                                sketch_size)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -501,7 +501,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    return run_main(parse_args, run, argv)
+    return run_main(parse_args, run, argv, x64=True)
 
 
 def run(args, argv=None):

@@ -45,6 +45,9 @@ Outputs in ``--out`` (default ``experiments/results/fig_two_layer_relu``): ``res
 row per alpha, d_aug with mean/std over seeds), ``results.json`` (rows, per-seed values,
 verdicts), ``fig_two_layer_relu.png`` (excess risk vs d_aug and vs alpha, mean +- std),
 ``config.json``.
+
+float64: needed because its invariants (DAC = DA-ERM at d_aug = 0, leak < 1e-12) are
+float64-exact and float32 runs flip quick-mode verdict (b).
 """
 
 from __future__ import annotations
@@ -57,15 +60,12 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.stats
+from tqdm import tqdm
 
-jax.config.update("jax_enable_x64", True)
-
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import scipy.stats  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from rdr_jax.dac import two_layer as T  # noqa: E402
+from rdr_jax.dac import two_layer as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import env_info, ints, loadavg, run_main  # noqa: E402
@@ -143,7 +143,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    return run_main(parse_args, run, argv)
+    return run_main(parse_args, run, argv, x64=True)
 
 
 def make_cell(args, alpha: int):

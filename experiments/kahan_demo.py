@@ -39,6 +39,9 @@ Verdicts printed (HELD / NOT HELD with numbers):
 
 Outputs in ``--out`` (default ``experiments/results/kahan_demo``): ``results.json``,
 ``results.csv``, ``kahan_demo.png``, ``config.json``.
+
+float64: needed because the demonstration is about float64 rounding (the 25 eps perturbation,
+errors near n eps ||A||).
 """
 
 from __future__ import annotations
@@ -52,15 +55,12 @@ from functools import partial
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm import tqdm
 
-jax.config.update("jax_enable_x64", True)
-
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-import rdr_jax as R  # noqa: E402
-from rdr_jax import matrices, pivoting  # noqa: E402
+import rdr_jax as R
+from rdr_jax import matrices, pivoting
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import run_main, ints as _ints  # noqa: E402
@@ -170,7 +170,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    return run_main(parse_args, run, argv)
+    return run_main(parse_args, run, argv, x64=True)
 
 
 def run(args, argv=None):

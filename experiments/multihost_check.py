@@ -19,6 +19,9 @@ Run (from the repository root)::
 On a real cluster the same child code runs once per host with the coordinator's address
 (see the README, "GPU, TPU and multi-host"); here the launcher plays the cluster scheduler.
 Writes ``--out``/multihost_check.json and prints whether every check held (exit 1 if not).
+
+float64: needed because factors must match the unsharded call to RTOL = 1e-9 (set in each child
+process, which the launcher owns).
 """
 
 from __future__ import annotations

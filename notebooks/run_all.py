@@ -9,7 +9,8 @@ Each notebook is executed top to bottom by nbclient (kernel ``python3``, working
 ``notebooks/``) on its ``default`` run size -- the "quick but meaningful" setting whose
 outputs are committed -- and written back with its outputs. Before the run the two header
 cells are (re)written from this file: a Colab badge pointing at ``GITHUB_REPO`` and an
-install cell that works in a fresh Colab runtime and does nothing elsewhere. After the run
+install cell that works in a fresh Colab runtime, keeps Colab's accelerator jax (jax, jaxlib
+and their CUDA/TPU plugins pinned as installed) and does nothing elsewhere. After the run
 volatile metadata (execution timestamps, widget state, the kernel's Python version) is
 dropped and the SHA-256 of the code cells is recorded in ``metadata.rdr_jax.code_sha256``,
 so that ``--check`` (and ``tests/test_notebooks.py``) can tell when a committed notebook's
@@ -53,6 +54,13 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 VERDICT = re.compile(r"^\[(HELD|NOT HELD)\] ", re.MULTILINE)
 # requirements.txt entries that only the tests, docs or lint need (not installed on Colab)
 DEV_ONLY = {"pytest", "pytest-xdist", "nbformat", "nbclient", "ipykernel", "pdoc", "ruff"}
+# requirements.txt entries the notebooks do not need: threadpoolctl only pins the BLAS thread
+# counts of the benchmarks (experiments/bench_*.py), and scikit-learn depends on it anyway
+NOT_FOR_NOTEBOOKS = {"threadpoolctl"}
+# Colab's accelerator jax: never in the list of requirements to install, pinned as installed
+JAX_CORE = {"jax", "jaxlib"}
+# where the Colab install cell writes the pip constraints pinning Colab's jax
+CONSTRAINTS = "/content/jax-constraints.txt"
 
 
 def notebooks() -> list[pathlib.Path]:
@@ -72,17 +80,18 @@ def badge_source(name: str) -> str:
 
 
 def colab_requirements(path: pathlib.Path = REPO_ROOT / "requirements.txt") -> list[str]:
-    """The runtime requirements of ``requirements.txt`` without jax and the dev tools.
+    """The runtime requirements of ``requirements.txt`` without jax/jaxlib, the dev tools and
+    what only the benchmarks use.
 
-    Colab ships its own accelerator build of jax; these are what rdr_jax needs beside it.
+    Colab ships its own accelerator build of jax; these are what the notebooks need beside it.
     """
     reqs = []
     for line in path.read_text().splitlines():
         spec = line.split("#", 1)[0].strip()
         if not spec:
             continue
-        name = re.split(r"[\[<>=!~; ]", spec, maxsplit=1)[0].lower()
-        if name not in DEV_ONLY and name != "jax":
+        name = re.split(r"[\[<>=!~; ]", spec, maxsplit=1)[0].lower().replace("_", "-")
+        if name not in DEV_ONLY | NOT_FOR_NOTEBOOKS | JAX_CORE:
             reqs.append(spec)
     return reqs
 
@@ -91,24 +100,38 @@ def install_source() -> str:
     """The second cell: installs rdr_jax in a fresh Colab runtime, does nothing elsewhere.
 
     It clones the repository (the notebooks import ``experiments/`` and read paths relative
-    to ``notebooks/``), installs rdr_jax from the clone with ``--no-deps`` and then the other
-    runtime requirements with jax pinned to Colab's preinstalled (GPU/TPU) version, so pip
-    can add what is missing but never swap Colab's jax for the CPU wheel.
+    to ``notebooks/``) and installs rdr_jax from the clone with ``--no-deps``. Colab's
+    accelerator jax must survive: the cell writes a pip constraints file (``CONSTRAINTS``)
+    pinning ``jax``, ``jaxlib`` and any installed CUDA/ROCm plugin or ``libtpu`` to the
+    installed versions, and installs the other runtime requirements under it (``-c``), with
+    jax and jaxlib also pinned on the command line. pip then adds what is missing (choosing
+    versions compatible with Colab's jax) but can never upgrade, downgrade or swap jax or its
+    plugins, e.g. for the CPU wheel.
     """
     repo = f"https://github.com/{GITHUB_REPO}"
     reqs = " ".join(f'"{r}"' for r in colab_requirements())
     return f"""\
-# Colab: get rdr_jax (this cell does nothing in a local checkout or in CI). Colab's own jax is
-# kept (pinned below), only the missing requirements are added; then we work from notebooks/.
+# Colab: get rdr_jax (this cell does nothing in a local checkout or in CI). Colab's accelerator
+# jax stays: jax, jaxlib and any CUDA/TPU plugin are pinned to the installed versions in a pip
+# constraints file, so only the missing requirements are added; then we work from notebooks/.
 import os
 import sys
 
 if "google.colab" in sys.modules:
     if not os.path.isdir("/content/rdr_jax"):
         !git clone -q --depth 1 --branch {BRANCH} {repo} /content/rdr_jax
+        import re
+        from importlib import metadata
         import jax
+        import jaxlib
+        plugin = re.compile(r"jax-(cuda|rocm)[0-9]*-(plugin|pjrt)|libtpu(-nightly)?")
+        pins = {{f"jax=={{jax.__version__}}", f"jaxlib=={{jaxlib.__version__}}"}} | {{
+            f"{{d.name}}=={{d.version}}" for d in metadata.distributions()
+            if plugin.fullmatch(re.sub(r"[-_.]+", "-", (d.name or "").lower()))}}
+        with open("{CONSTRAINTS}", "w") as f:
+            f.write("\\n".join(sorted(pins)) + "\\n")
         %pip install -q --no-deps /content/rdr_jax
-        %pip install -q "jax=={{jax.__version__}}" {reqs}
+        %pip install -q -c {CONSTRAINTS} "jax=={{jax.__version__}}" "jaxlib=={{jaxlib.__version__}}" {reqs}
     os.chdir("/content/rdr_jax/notebooks")"""
 
 

