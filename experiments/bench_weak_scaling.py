@@ -115,7 +115,7 @@ def run(devices, block, n, k, repeats, out: Path) -> list[dict]:
         w.writerows(rows)
     (out / "weak_scaling.json").write_text(json.dumps(
         {"cores": cores, "block": block, "n": n, "k": k, "target_ratio": TARGET,
-         "lapack_threads": os.environ.get("RDR_JAX_LAPACK_THREADS", "") or "library default",
+         "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "") or "OpenBLAS default",
          "rows": rows}, indent=2))
     plot(rows, cores, out / "weak_scaling.png")
     return rows
@@ -170,8 +170,8 @@ def main(argv=None) -> int:
         ap.error("--devices must start with 1 (the baseline)")
     cores = os.cpu_count() or 1
     print(f"weak scaling: {block} x {n} rows per device, rank-{k} CUR, float64, "
-          f"{cores} physical cores; RDR_JAX_LAPACK_THREADS="
-          f"{os.environ.get('RDR_JAX_LAPACK_THREADS', '') or '(unset: OpenBLAS default)'}")
+          f"{cores} physical cores; OPENBLAS_NUM_THREADS="
+          f"{os.environ.get('OPENBLAS_NUM_THREADS', '') or '(unset: OpenBLAS default)'}")
     rows = run(devices, block, n, k, args.repeats, args.out)
     print("\n| devices | A (rows x cols) | wall time | wall / 1 device | time per device "
           "(wall / d) | per device / 1 device | A per device | peak RSS / device |")

@@ -258,16 +258,30 @@ def precond_qr(Y, P, valid, blocks: int = 1):
 
 
 def right_solve_rows(Y, a, blocks: int = 1, *, lower: bool, trans: bool = False):
-    """``Y op(a)^{-1}`` for a tall ``Y`` (..., h, n), written as ``blocks`` independent row
-    blocks (a batched solve: XLA's SPMD partitioner keeps a batch dimension local, so a
-    row-sharded Y is never gathered); ``blocks`` is ignored when it does not divide h."""
-    *batch, h, n = Y.shape
-    b = blocks if (blocks > 1 and h % blocks == 0) else 1
-    Yb = Y.reshape(*batch, b, h // b, n)
-    ab = jnp.broadcast_to(jnp.expand_dims(a, -3), (*a.shape[:-2], b, n, n))
-    ab = jnp.broadcast_to(ab, (*batch, b, n, n))
-    X = solve_triangular(ab, Yb, left=False, lower=lower, trans=trans)
-    return X.reshape(*batch, h, n)
+    """``Y op(a)^{-1}`` for a tall ``Y`` (..., h, n). With ``blocks > 1`` (Y row-sharded over
+    that many devices) it is ``Y`` times the explicit inverse of the small triangular ``a``
+    (one unbatched solve with the identity, then a GEMM that XLA's SPMD partitioner keeps
+    local to each row shard): no batched library call, which jaxlib's CPU kernels spread
+    over the intra-op thread pool and wait for -- a deadlock when several CPU devices
+    share few cores (seen with 2 devices on 2 cores)."""
+    if blocks > 1:
+        eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
+        inv = solve_triangular(a, eye, left=True, lower=lower, trans=trans)
+        return mm(Y, inv)
+    return solve_triangular(a, Y, left=False, lower=lower, trans=trans)
+
+
+def left_solves(pairs, separate: bool = False):
+    """``[a_i^{-1} b_i]`` for upper triangular ``a_i`` (same order): one batched library call
+    (the ``b_i`` zero-padded to a common width), or one call each when ``separate`` (a
+    sharded input: see :func:`right_solve_rows`)."""
+    if separate:
+        return [solve_triangular(a, b, left=True, lower=False) for a, b in pairs]
+    width = max(b.shape[-1] for _, b in pairs)
+    sol = solve_triangular(jnp.stack([a for a, _ in pairs]),
+                           jnp.stack([pad_to(b, (b.shape[0], width)) for _, b in pairs]),
+                           left=True, lower=False)
+    return [sol[i][:, :b.shape[-1]] for i, (_, b) in enumerate(pairs)]
 
 
 def numerical_rank(R, valid, rows: int):

@@ -277,15 +277,10 @@ def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, extra_left=(), blocks: int = 
     Qc, Qr = Qc * sc, Qr * sr
     Mid = L.mm(Qc.conj().T, op.matmat(Qr))                           # Q_C^H A Q_R (kb x kb)
     N = L.mm(Zc, L.mm(Mid, Zr))
-    lefts = [(Rc, N)] + list(extra_left)
-    width = max(b.shape[-1] for _, b in lefts)
-    sol = L.solve_triangular(jnp.stack([a for a, _ in lefts]),
-                             jnp.stack([L.pad_to(b, (b.shape[0], width)) for _, b in lefts]),
-                             left=True, lower=False)
-    U = L.solve_triangular(Rr, sol[0][:, :N.shape[1]], left=False, lower=False, trans=True)
+    sol = L.left_solves([(Rc, N)] + list(extra_left), separate=sharded)
+    U = L.solve_triangular(Rr, sol[0], left=False, lower=False, trans=True)
     U = jnp.where(valid[:, None] & valid[None, :], U, 0)
-    extra = [sol[i + 1][:, :b.shape[1]] for i, (_, b) in enumerate(extra_left)]
-    return U, nr, extra
+    return U, nr, sol[1:]
 
 
 def _scaled_fro(E):
@@ -366,6 +361,11 @@ class _Options:
     sharded: bool = False
 
 
+def _sharded(op) -> bool:
+    """Whether a concrete operator is sharded over several devices (see ``_Options``)."""
+    return distributed.row_shards(op) > 1 or distributed.col_shards(op) > 1
+
+
 # --------------------------------------------------------------------------------------
 # the pipeline, top to bottom (one jitted function per call signature and rank bucket)
 # --------------------------------------------------------------------------------------
@@ -384,11 +384,8 @@ def _column_id(key, op, sz: SL.Sizes, opts: _Options):
     # X_1^+ (and L_1^{-H} for the rows) in one batched solve
     pinv = L.pseudo_inverse_system(R_s, Qt, valid)
     lefts = [pinv] + ([SL.l1_inverse_rhs(lu)] if lu is not None else [])
-    width = max(b.shape[-1] for _, b in lefts)
-    sol = L.solve_triangular(jnp.stack([a for a, _ in lefts]),
-                             jnp.stack([L.pad_to(b, (b.shape[0], width)) for _, b in lefts]),
-                             left=True, lower=False)
-    piv = SL.finish_columns(pb, R_s, Qt, sol[0][:, :Qt.shape[1]], sz, method)
+    sol = L.left_solves(lefts, separate=opts.sharded)
+    piv = SL.finish_columns(pb, R_s, Qt, sol[0], sz, method)
     J = piv.cols                                                          # SRCUR: swapped
     if type(method.pivot) is SRCUR:
         C = jnp.where(valid[None, :], op.cols(J), 0)
@@ -407,7 +404,7 @@ def _column_id(key, op, sz: SL.Sizes, opts: _Options):
     if not two:
         return ColumnID(J, C, W, piv.eta, rank, nr, bound)
     if lu is not None:                                                     # Line 4
-        rp = SL.rows_from_lu(lu, L.ct(sol[1][:, :sz.kb]), sz)
+        rp = SL.rows_from_lu(lu, L.ct(sol[1]), sz)
     else:
         rp = SL.pivot_rows(k2, C, sz, method, piv.Uk)
     S = jnp.where(valid[:, None], C[rp.rows], 0)
@@ -656,7 +653,7 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
     m.pivot.check_backend()
     l = sketch_size(m, k, op.shape, l)
     sz = SL.plan(m, k, l, op.shape)
-    res = _interpolative(key, op, *sz, _Options(m, side, bool(certify), delta))
+    res = _interpolative(key, op, *sz, _Options(m, side, bool(certify), delta, _sharded(op)))
     res = SL.trim(res, k, _TRIM[side])
     _check_result(res, k, on_rank_deficient)
     return res
@@ -704,8 +701,7 @@ def cur(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = None,
     m.pivot.check_backend()
     l = sketch_size(m, k, op.shape, l)
     sz = SL.plan(m, k, l, op.shape)
-    sharded = distributed.row_shards(op) > 1 or distributed.col_shards(op) > 1
-    res = SL.trim(_cur(key, op, *sz, _Options(m, "cur", bool(certify), delta, sharded)), k,
+    res = SL.trim(_cur(key, op, *sz, _Options(m, "cur", bool(certify), delta, _sharded(op))), k,
                   _TRIM["cur"])
     _check_result(res, k, on_rank_deficient)
     return res
