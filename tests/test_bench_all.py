@@ -31,11 +31,13 @@ FAKE = {
                   "seconds": {"sketch_hash": {"eager": 1.0, "jit": 2.0},
                               "matmat": {"eager": 0.5, "jit": 0.5},
                               "cols": {"eager": 1.0, "jit": 1.5}}},
-    # k = 50 lacks first_call_speedup: that headline is n/a with a note
+    # the smooth-kernel first call is missing: those headlines are n/a with a note
     "cur": {"pivot": [{"l": 50, "n": 20000, "speedup": 8.0}],
             "id": [{"k": 20, "m": 800, "n": 400,
                     "defaults": {"speedup_vs_scipy": 30.0, "over_gemm_floor": 2.0,
-                                 "err_vs_scipy": 1.01, "first_call_speedup": 4.0}},
+                                 "err_vs_scipy": 1.01,
+                                 "first_call": {"slow_decay": {"speedup": 4.0,
+                                                               "compile_s": 0.5}}}},
                    {"k": 50, "m": 800, "n": 400,
                     "defaults": {"speedup_vs_scipy": 20.0, "over_gemm_floor": 2.5,
                                  "err_vs_scipy": 1.02}}]},
@@ -228,8 +230,12 @@ def test_summary_from_fake_benchmark_jsons(ba, tmp_path, capsys):
     assert cur["pivot l=50, n=20000: CPQR / LUPP"] == 8.0
     assert cur["column ID k=20 of 800x400: speed-up vs scipy (warm)"] == 30.0
     assert cur["column ID k=50 of 800x400: time / GEMM floor"] == 2.5
-    assert cur["column ID k=50 of 800x400: first call (compile) speed-up vs scipy"] is None
-    assert b["cur"]["notes"] == ["missing in bench_cur.json: id/1/defaults/first_call_speedup"]
+    assert cur["column ID k=20 of 800x400: first call (slow_decay) speed-up vs scipy"] == 4.0
+    assert cur["column ID k=20 of 800x400: XLA compile (slow_decay)"] == 0.5
+    assert cur["column ID k=20 of 800x400: first call (smooth_kernel) speed-up vs scipy"] is None
+    assert b["cur"]["notes"] == [
+        "missing in bench_cur.json: id/0/defaults/first_call/smooth_kernel/speedup",
+        "missing in bench_cur.json: id/0/defaults/first_call/smooth_kernel/compile_s"]
     assert values("angles")["angles N=20, r=200, l=80, k=20: speed-up vs numpy loop"] == 6.5
 
     md = (out / "bench_all.md").read_text()
@@ -240,8 +246,9 @@ def test_summary_from_fake_benchmark_jsons(ba, tmp_path, capsys):
     assert "| adawac | status, wall time |  | failed (exit 1) |" in md
     assert f"| outofcore | status, wall time |  | timeout after {given['outofcore']:.0f} s |" in md
     assert "| cur_snn1e6 | status, wall time |  | skipped: the SNN1e6 part" in md
-    assert "first call (compile) speed-up vs scipy |  | n/a |" in md
-    assert "- cur: missing in bench_cur.json: id/1/defaults/first_call_speedup" in md
+    assert "first call (smooth_kernel) speed-up vs scipy | >= 1.5x | n/a |" in md
+    assert ("- cur: missing in bench_cur.json: id/0/defaults/first_call/smooth_kernel/speedup"
+            in md)
     rows = [ln for ln in md.splitlines() if ln.startswith("| ")]
     assert rows and all(len(ln.strip().strip("|").split("|")) == 4 for ln in rows)  # 4 cells
 
