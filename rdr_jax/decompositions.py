@@ -250,19 +250,20 @@ def _exact_coefficients(op, C, J, P, keep, sz: SL.Sizes, blocks: int = 1):
     return SL._with_identity(W, J, valid), nr
 
 
-def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, extra_left=(), blocks: int = 1,
-                  sharded: bool = False):
+def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, opts: "_Options", extra_left=()):
     """``U = C^+ A R^+`` (Eq. ``eq:cur_stable``) from preconditioned CholeskyQR of C and
     ``R^H`` in one batch (``rdr_jax._linalg.precond_qr``, ``C = Q_C R_C``,
     ``R^H = Q_R R_R``): ``U = R_C^{-1} Z_C (Q_C^H A Q_R) Z_R R_R^{-H}``. ``PC``, ``PR``:
     triangular preconditioners of C and ``R^H``. ``extra_left``: further ``(a, b)`` upper
     triangular left solves batched with the first solve of U (their results are returned).
-    ``sharded``: A is sharded over devices; C and ``R^H`` are then factored apart (stacked,
+    ``opts``: the call's options (row blocks of the method's orthonormaliser; ``sharded``:
+    A is sharded over devices, and C and ``R^H`` are then factored apart (stacked,
     the R^H half would inherit C's row sharding and be sliced across shard boundaries,
-    which deadlocked XLA:CPU's partitioned product with A on 4 virtual devices).
+    which deadlocked XLA:CPU's partitioned product with A on 4 virtual devices)).
     ``PC``, ``PR``: ``(P, independent columns)`` pairs. Returns ``(U, numerical rank of C,
     extra results)``."""
     m, n = op.shape
+    blocks, sharded = _blocks(opts.method), opts.sharded
     valid = sz.valid()
     Cn, sc = _unit(C)
     Rn, sr = _unit(Rm.conj().T)                                      # R^H, n x kb
@@ -467,7 +468,7 @@ def _cur(key, op, k, l, kb, lb, opts: _Options):
     extra = [] if srcur else [L.pseudo_inverse_system(R_s, Qt, valid)]
     if lupp:
         extra.append(SL.l1_inverse_rhs(lu))
-    U, nr, sols = _stable_cur_U(op, C, Rm, PC, PR, sz, extra, _blocks(method), opts.sharded)
+    U, nr, sols = _stable_cur_U(op, C, Rm, PC, PR, sz, opts, extra)
     if srcur:
         eta = piv.eta
         Wsk = piv.T
