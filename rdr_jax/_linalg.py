@@ -187,7 +187,7 @@ def interpolation_norm_bound(G, valid):
     BB = G - eye
     BB = jnp.where(valid[..., :, None] & valid[..., None, :], 0.5 * (BB + ct(BB)), 0)
     lam = lam_max_bound(BB)
-    return jnp.sqrt(1.0 + jnp.maximum(jnp.where(jnp.isnan(lam), lam, lam), 0.0))
+    return jnp.sqrt(1.0 + jnp.maximum(lam, 0.0))          # NaN (from NaN input) propagates
 
 
 def _cholesky(G):
