@@ -48,7 +48,7 @@ TARGET = 0.10   # certificate cost / decomposition cost
 
 
 def timed(f, *args, repeats=3):
-    for _ in range(2):     # first call: quick compile, second: optimised (rdr_jax._jit)
+    for _ in range(2):     # first call: quick compile, second: optimised (rdr_jax._src.jit)
         out = jax.block_until_ready(f(*args))
     ts = []
     for _ in range(repeats):

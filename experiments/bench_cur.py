@@ -57,7 +57,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import rdr_jax as R  # noqa: E402
-from rdr_jax import pivoting as P  # noqa: E402
+from rdr_jax.id_cur import pivoting as P  # noqa: E402
 
 
 def user_blas_threads(n):
@@ -148,7 +148,7 @@ def first_call_child(matrix, m, n, k, cache_dir):
     Aj = jax.block_until_ready(jnp.asarray(A))
     key = jax.block_until_ready(jax.random.key(k))
     if split:
-        from rdr_jax import decompositions as D, selection as SL
+        from rdr_jax.id_cur import decompositions as D, selection as SL
         op = R.as_operator(Aj)
         meth = SL.resolve_method("lupp")
         sz = SL.plan(meth, k, k + 10, op.shape)

@@ -11,7 +11,7 @@ Operations, with l = 210 and k = 200 (``--l``, ``--k``):
 * ``A.cols(J)`` (m x k), ``A.rows(I)`` (k x n), ``A.matmat(Q)``, ``A.rmatmat(Q)`` (Q dense).
 
 Columns: ``eager`` = the public call outside jit, ``jit`` = the same call inside ``jax.jit``,
-``jit/eager`` their ratio. Both run the same primitives (:mod:`rdr_jax._kernels`): on CPU the
+``jit/eager`` their ratio. Both run the same primitives (:mod:`rdr_jax._src.kernels`): on CPU the
 numba kernels reached through the XLA FFI, which read and write XLA's buffers in place, so the
 ratio should be close to 1 (eager calls dispatch each primitive as its own compiled call; the
 earlier ``pure_callback`` route copied every operand and made jit the slow path).
@@ -76,7 +76,7 @@ def _old_apply_sketch(A, G):
 
 
 def _old_sign_sketch(A, S):
-    from rdr_jax import _kernels
+    from rdr_jax._src import kernels as _kernels
     L = A.L
     SL = _kernels.sparse_sign_sparse_xla(L.data_c, S.rows, S.signs.astype(L.dtype), L.row_c,
                                          L.col_c, L.indptr_c, l=S.l, n=L.shape[1])

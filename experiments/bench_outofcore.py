@@ -9,7 +9,7 @@ Run (from the repository root)::
 
 The file (HDF5 by default, ``--format npy`` for a .npy file) is written block by block into a
 temporary folder (``--dir``). A fresh subprocess (so that its peak RSS is its own) imports
-rdr_jax, records its RSS, runs :func:`rdr_jax.outofcore.streaming_cur` once cold (compiles
+rdr_jax, records its RSS, runs :func:`rdr_jax.id_cur.outofcore.streaming_cur` once cold (compiles
 included) and once warm (after resetting VmHWM through ``/proc/self/clear_refs``), and
 reports the time, the number of blocks and the peak RSS growth of each run. The claim
 checked: the warm peak growth stays under ``budget + 4 (m + n) l itemsize + 96 MiB`` (the
@@ -83,7 +83,7 @@ def child(args) -> None:
 def _child(args) -> None:
     import jax
 
-    from rdr_jax import outofcore as O
+    from rdr_jax.id_cur import outofcore as O
 
     base = _status("VmRSS")
     D = O.DiskMatrix.open(args.child, memory_budget=args.budget_mib * MiB)
@@ -122,7 +122,7 @@ def _compare(path: Path, fmt: str, args, res: dict) -> dict:
     import h5py
     import jax
 
-    from rdr_jax import streaming as ST
+    from rdr_jax.id_cur import streaming as ST
     if fmt == "hdf5":
         with h5py.File(path, "r") as f:
             A = f["A"][...]

@@ -22,7 +22,7 @@ sketch size l in ``--ls`` (default 32, 128, 512):
                                    nonzeros sorted by row, then jaxlib's CSR product on CPU,
                                    a sorted segment sum elsewhere).
 * ``numba kernel direct (host, no JAX)`` -- diagnostic: the same CPU kernel
-                                   (``rdr_jax._kernels.sparse_sign_apply_host``) called on numpy
+                                   (``rdr_jax._src.kernels.sparse_sign_apply_host``) called on numpy
                                    arrays, without JAX (the difference to ``apply in jit`` is the
                                    cost of the FFI call).
 * ``scipy CSR (host)``          -- the same sparse sign matrix as ``scipy.sparse`` CSR (l x m,
@@ -67,7 +67,7 @@ import scipy
 import scipy.sparse as sp
 from tqdm import tqdm
 
-from rdr_jax._kernels import sparse_sign_apply_host
+from rdr_jax._src.kernels import sparse_sign_apply_host
 from rdr_jax.operators import HIGHEST
 from rdr_jax.sketching import gaussian, sparse_sign, srtt
 

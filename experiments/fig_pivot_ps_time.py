@@ -22,11 +22,11 @@ the row sketch ``X = Gamma A`` (l x n, Gaussian Gamma) and the column sketch ``Y
 (m x l) are computed once, outside the timings, as the thesis' "given sketch". With l = k
 (the thesis' convention for this comparison) each scheme picks l column pivots:
 
-* ``LUPP`` -- :func:`rdr_jax.pivoting.lupp` ``(X, l)`` (LU with partial pivoting of X^T);
-* ``CPQR`` -- :func:`rdr_jax.pivoting.cpqr` ``(X, l)`` (LAPACK geqp3);
+* ``LUPP`` -- :func:`rdr_jax.id_cur.pivoting.lupp` ``(X, l)`` (LU with partial pivoting of X^T);
+* ``CPQR`` -- :func:`rdr_jax.id_cur.pivoting.cpqr` ``(X, l)`` (LAPACK geqp3);
 * ``DEIM`` -- the thesis' description: ``Q_Y = orth(Y)`` (QR), the reduced SVD of
-  ``Q_Y^T A`` (l x n), then :func:`rdr_jax.pivoting.lupp` on the l x n right singular vectors
-  (the same steps as the ``DEIM()`` branch of :func:`rdr_jax.selection.row_basis`, minus
+  ``Q_Y^T A`` (l x n), then :func:`rdr_jax.id_cur.pivoting.lupp` on the l x n right singular vectors
+  (the same steps as the ``DEIM()`` branch of :func:`rdr_jax.id_cur.selection.row_basis`, minus
   drawing the sketch). Its time therefore includes the m x n x l product ``Q_Y^T A``.
 
 Each scheme is one ``jax.jit``-compiled function, warmed up once (compile excluded); the
@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from rdr_jax import pivoting
+from rdr_jax.id_cur import pivoting
 from rdr_jax.operators import HIGHEST
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -112,8 +112,7 @@ from tqdm import tqdm
 import rdr_jax as R
 from rdr_jax import datasets, matrices
 from rdr_jax.operators import FactoredOperator, SparseOperator
-from rdr_jax.selection import (THESIS_NAMES, Leverage, Method, resolve_method,
-                               sketch_size)
+from rdr_jax.id_cur.selection import THESIS_NAMES, Leverage, Method, resolve_method, sketch_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import env_info, ints, loadavg, run_main  # noqa: E402

@@ -15,9 +15,9 @@ Set-up: ``A = rdr_jax.matrices.kahan(n)`` (theta = 1.2, with the diagonal pertur
 ``25 eps diag(n, ..., 1)`` that makes column-pivoted QR keep the natural order), float64.
 For each k:
 
-* deterministic ``LUPP`` / ``CPQR``: :func:`rdr_jax.pivoting.lupp` / :func:`~rdr_jax.pivoting.cpqr`
-  applied to A itself (X = A), ``eta = ||A(:, J)^+ A||_2`` (:func:`~rdr_jax.pivoting.interpolation`,
-  :func:`~rdr_jax.pivoting.eta_from_interpolation`);
+* deterministic ``LUPP`` / ``CPQR``: :func:`rdr_jax.id_cur.pivoting.lupp` / :func:`~rdr_jax.id_cur.pivoting.cpqr`
+  applied to A itself (X = A), ``eta = ||A(:, J)^+ A||_2`` (:func:`~rdr_jax.id_cur.pivoting.interpolation`,
+  :func:`~rdr_jax.id_cur.pivoting.eta_from_interpolation`);
 * ``Rand-LUPP`` / ``Rand-CPQR``: :func:`rdr_jax.select_columns` (pivoting on the Gaussian
   sketch ``Gamma A``, l = k + 10 capped at n), ``--trials`` independent keys, eta from the
   selection.
@@ -60,7 +60,8 @@ import numpy as np
 from tqdm import tqdm
 
 import rdr_jax as R
-from rdr_jax import matrices, pivoting
+from rdr_jax import matrices
+from rdr_jax.id_cur import pivoting
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import run_main, ints as _ints  # noqa: E402

@@ -15,14 +15,14 @@ Foundations (this package's top level):
 
 Chapter 2 (randomized pivoting ID/CUR), one module per responsibility:
 
-* :mod:`rdr_jax.pivoting` -- the pivoting kernels (LUPP, CPQR, leverage scores, swaps, eta);
-* :mod:`rdr_jax.selection` -- Algorithm ``algo:sketch_pivot_CUR_general``: the pivoting
+* :mod:`rdr_jax.id_cur.pivoting` -- the pivoting kernels (LUPP, CPQR, leverage scores, swaps, eta);
+* :mod:`rdr_jax.id_cur.selection` -- Algorithm ``algo:sketch_pivot_CUR_general``: the pivoting
   choices (``LUPP()``, ``CPQR()``, ``DEIM()``, ``Leverage()``, ``SRCUR()``), :class:`Method`,
   the thesis' seven variants, :func:`select_columns`, :func:`select_rows`,
   :func:`select_skeletons`;
-* :mod:`rdr_jax.decompositions` -- :func:`interpolative`, :func:`cur`, :func:`id_to_svd`;
-* :mod:`rdr_jax.fixed_accuracy` -- blocked randomized LUPP to a tolerance;
-* :mod:`rdr_jax.streaming` -- the one-pass Algorithm ``algo:sketch_pivot_CUR_online``;
+* :mod:`rdr_jax.id_cur.decompositions` -- :func:`interpolative`, :func:`cur`, :func:`id_to_svd`;
+* :mod:`rdr_jax.id_cur.fixed_accuracy` -- blocked randomized LUPP to a tolerance;
+* :mod:`rdr_jax.id_cur.streaming` -- the one-pass Algorithm ``algo:sketch_pivot_CUR_online``;
 * :mod:`rdr_jax.diagnostics` -- exact errors, certificates, reference singular values
   (host side);
 * :mod:`rdr_jax.certify` -- a posteriori error certificates with a stated probability for
@@ -44,9 +44,11 @@ API reference: ``python docs/build.py`` writes it to ``docs/api/`` (open ``index
 
 from rdr_jax import datasets, matrices, norms, operators, sketching
 from rdr_jax import angles
-from rdr_jax import certify, decompositions, diagnostics, fixed_accuracy, pivoting, selection, streaming
+from rdr_jax import certify, diagnostics
+from rdr_jax import id_cur
 from rdr_jax.certify import ErrorCertificate, error_certificate
-from rdr_jax.decompositions import CUR, ColumnID, RowID, TwoSidedID, cur, id_to_svd, interpolative
+from rdr_jax.id_cur.decompositions import (CUR, ColumnID, RowID, TwoSidedID, cur, id_to_svd,
+    interpolative)
 from rdr_jax.diagnostics import (Certificate, LowRankError, certificate, exact_singular_values,
                                  lowrank_error)
 from rdr_jax.norms import frobenius_norm, spectral_norm, spectral_norm_upper
@@ -61,23 +63,30 @@ from rdr_jax.operators import (
     implicit_operator,
 )
 from rdr_jax.randomized_svd import RSVD, range_sketch, rangefinder, rsvd
-from rdr_jax.selection import (CPQR, DEIM, LUPP, SRCUR, ColumnSelection, Leverage, Method,
-                               RowSelection, Skeletons, select_columns, select_rows,
-                               select_skeletons)
+from rdr_jax.id_cur.selection import (CPQR, DEIM, LUPP, SRCUR, ColumnSelection, Leverage, Method,
+    RowSelection, Skeletons, select_columns, select_rows, select_skeletons)
 from rdr_jax.sketching import SRTT, Gaussian, SparseSign
-from rdr_jax.streaming import (StreamingSkeletons, cur_from_skeletons, retrieve_skeletons,
-                               streaming_sketches, streaming_skeletons)
-from rdr_jax import distributed, outofcore
+from rdr_jax.id_cur.streaming import (StreamingSkeletons, cur_from_skeletons, retrieve_skeletons,
+    streaming_sketches, streaming_skeletons)
+from rdr_jax import distributed
 from rdr_jax.distributed import shard
-from rdr_jax.outofcore import DiskMatrix, streaming_cur
+from rdr_jax.id_cur.outofcore import DiskMatrix, streaming_cur
 from rdr_jax.randomized_svd import CholeskyQR2, Householder, cholesky_qr2
-from rdr_jax._jit import compilation_cache
+from rdr_jax._src.jit import compilation_cache
 
-__version__ = "0.1.0"
+from rdr_jax._src import deprecation as _deprecation
+
+_deprecation.install()
+
+
+def __getattr__(name):          # rdr_jax.selection & co. moved to rdr_jax.id_cur (0.2)
+    return _deprecation.moved_attribute(__name__, name)
+
+
+__version__ = "0.2.0"
 
 __all__ = [
-    "angles", "certify", "decompositions", "diagnostics", "fixed_accuracy", "pivoting", "selection",
-    "streaming", "datasets", "matrices", "norms", "operators", "sketching",
+    "angles", "certify", "diagnostics", "id_cur", "datasets", "matrices", "norms", "operators", "sketching",
     "CUR", "ColumnID", "RowID", "TwoSidedID", "cur", "id_to_svd", "interpolative",
     "ErrorCertificate", "error_certificate",
     "Certificate", "LowRankError", "certificate", "exact_singular_values", "lowrank_error",
@@ -89,7 +98,7 @@ __all__ = [
     "Skeletons", "select_columns", "select_rows", "select_skeletons",
     "Gaussian", "SRTT", "SparseSign",
     "StreamingSkeletons", "cur_from_skeletons", "retrieve_skeletons", "streaming_sketches",
-    "streaming_skeletons", "outofcore", "DiskMatrix", "streaming_cur",
+    "streaming_skeletons", "DiskMatrix", "streaming_cur",
     "distributed", "shard", "CholeskyQR2", "Householder", "cholesky_qr2",
     "compilation_cache",
 ]

@@ -61,7 +61,7 @@ adds a Rayleigh-Ritz step per iteration, ``Q = orth(Y)``, ``B = E^H Q``, ``Y <- 
 ``w -> -log(1 - a w)`` convex, hence superadditive) gives, for ``tau' > 1``,
 ``P(||A Omega||_F^2 / s >= tau' ||A||_F^2) <= (tau' e^{1 - tau'})^{nu/2}``, so
 ``||A||_F >= sqrt(X_A / tau')`` with probability >= 1 - delta for
-``tau' = -W_{-1}(-delta^{2/nu} / e)``. :mod:`rdr_jax.fixed_accuracy` uses it for implicit
+``tau' = -W_{-1}(-delta^{2/nu} / e)``. :mod:`rdr_jax.id_cur.fixed_accuracy` uses it for implicit
 operators, whose ``||A||_F`` is not known.
 
 Public: :func:`error_certificate` -> :class:`ErrorCertificate`; the factors
@@ -83,8 +83,8 @@ import numpy as np
 import scipy.special
 import scipy.stats
 
-from rdr_jax import _jit
-from rdr_jax import _validation as V
+from rdr_jax._src import jit as _jit
+from rdr_jax._src import validation as V
 from rdr_jax.diagnostics import low_rank_factors
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
 from rdr_jax.sketching import hash_normal

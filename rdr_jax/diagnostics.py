@@ -1,6 +1,6 @@
 """Diagnostics: exact errors, certificates and reference singular values (host side).
 
-These functions measure the algorithms of :mod:`rdr_jax.decompositions` and
+These functions measure the algorithms of :mod:`rdr_jax.id_cur.decompositions` and
 :mod:`rdr_jax.randomized_svd`; they are kept apart from them (like scikit-learn's
 ``utils.extmath`` helpers) and run on the host in float64: they return Python floats in
 NamedTuples and are meant for experiments, tests and reports, not for use inside ``jit``.
@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rdr_jax import _validation as V
+from rdr_jax._src import validation as V
 from rdr_jax import norms
 from rdr_jax.operators import (HIGHEST, DenseOperator, FactoredOperator, LinearOperator,
                                SparseOperator, as_operator, implicit_operator)
@@ -274,7 +274,7 @@ def certificate(A: Any, selection, *, key=None) -> Certificate:
     """The bound of Thm ``thm:pivoting_on_rangeapprox_error_bound`` in both norms
     (host-side diagnostic).
 
-    For a column selection (:class:`rdr_jax.selection.ColumnSelection`, or anything with
+    For a column selection (:class:`rdr_jax.id_cur.selection.ColumnSelection`, or anything with
     ``cols``, ``W`` (k x n) and ``eta``): ``||A - C C^+ A|| <= eta ||A - A W^+ W||`` with
     ``C = A(:, cols)``. The right-hand side is evaluated exactly when :func:`lowrank_error`
     can (dense, small sparse, factored), else estimated with ``key``. The theorem holds for

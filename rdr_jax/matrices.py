@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
-from rdr_jax import _validation as V
+from rdr_jax._src import validation as V
 from rdr_jax.operators import FactoredOperator, SparseOperator, DenseOperator
 
 __all__ = ["snn", "snn_spectrum", "snn1e3", "snn1e6", "with_spectrum", "polynomial_decay",

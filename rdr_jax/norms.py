@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rdr_jax import _jit
-from rdr_jax import _validation as V
+from rdr_jax._src import jit as _jit
+from rdr_jax._src import validation as V
 from rdr_jax.operators import HIGHEST, as_operator
 
 __all__ = ["spectral_norm", "spectral_norm_upper", "frobenius_norm"]

@@ -42,7 +42,7 @@ import numpy as np
 import scipy.sparse as sp
 from jax.experimental import sparse as jsparse
 
-from rdr_jax import _validation as V
+from rdr_jax._src import validation as V
 from rdr_jax.distributed import auto_axes, check_factor_shardings
 
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -168,14 +168,14 @@ class DenseOperator(LinearOperator):
 # serial loop over an (nnz x b) intermediate (materialised in column blocks): 10-35 s for a
 # 10^6 x 400 factor with 2e6 nonzeros times a 400 x 200 block, against ~0.5 s for one pass
 # (``experiments/bench_operators.py``). The products are therefore JAX primitives
-# (:mod:`rdr_jax._kernels`): on CPU they run numba kernels that stream the CSR/CSC arrays
+# (:mod:`rdr_jax._src.kernels`): on CPU they run numba kernels that stream the CSR/CSC arrays
 # once, write each output element once and are parallel without atomics, reached from
 # inside ``jit`` through the XLA FFI (no operand copies, no Python on the call path); on
 # GPU/TPU they lower to the sorted segment sums of :func:`_spmm_xla`. The same call is fast
 # eagerly and inside ``jit``, differentiable (``grad``/``jvp``/``vjp``: the transpose of
 # ``X -> S X`` is ``G -> S^T G``, the same kernel on the CSC arrays) and batchable.
 def _kernel_arrays(S):
-    """The eight arrays of a SparseOperator in :data:`rdr_jax._kernels.ARRAY_FIELDS` order."""
+    """The eight arrays of a SparseOperator in :data:`rdr_jax._src.kernels.ARRAY_FIELDS` order."""
     return (S.data_r, S.row_r, S.col_r, S.indptr_r, S.data_c, S.row_c, S.col_c, S.indptr_c)
 
 
@@ -183,13 +183,13 @@ def _spmm_xla(X, S, left):
     """XLA formula (any dtype; the GPU/TPU lowering of the sparse product primitive): sorted
     segment sums over CSR (``S @ X``) or CSC order (``X @ S = (S^H X^H)^H``), with the
     (nnz x b) intermediate built in column blocks of ``_SPARSE_CHUNK_ELEMS`` elements."""
-    from rdr_jax import _kernels as K
+    from rdr_jax._src import kernels as K
     return K.spmm_xla(X, _kernel_arrays(S), S.shape, left, _SPARSE_CHUNK_ELEMS)
 
 
 def _spmm(X, S, left: bool):
     """``S @ X`` (left=False) or ``X @ S`` (left=True) for a SparseOperator S, as one
-    primitive call (:func:`rdr_jax._kernels.sparse_matmul`) whatever the context (eager,
+    primitive call (:func:`rdr_jax._src.kernels.sparse_matmul`) whatever the context (eager,
     ``jit``, ``vmap``, ``grad``).
 
     Complex products are assembled from real ones, ``(S_r + i S_i)(X_r + i X_i) = (S_r X_r -
@@ -197,7 +197,7 @@ def _spmm(X, S, left: bool):
     S is applied once (one product for a real S, two for a complex S). Other dtypes (e.g.
     bfloat16) use the XLA formula.
     """
-    from rdr_jax import _kernels as K
+    from rdr_jax._src import kernels as K
     dt = np.dtype(jnp.result_type(S.dtype, X.dtype))
     if dt not in (np.float32, np.float64, np.complex64, np.complex128):
         return _spmm_xla(X.astype(dt), S, left)

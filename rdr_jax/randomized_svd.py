@@ -28,9 +28,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rdr_jax import _jit
-from rdr_jax import _validation as V
-from rdr_jax._tallqr import (CholeskyQR2, Householder, as_orthonormalizer, cholesky_qr2)
+from rdr_jax._src import jit as _jit
+from rdr_jax._src import validation as V
+from rdr_jax._src.tallqr import CholeskyQR2, Householder, as_orthonormalizer, cholesky_qr2
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
 from rdr_jax.sketching import as_sketch
 
@@ -175,7 +175,7 @@ class _RangeOptions(NamedTuple):
 
 @functools.partial(_jit.jit, static_argnames=("k", "l", "opts", "delta"))
 def _rsvd_certified_jit(key, op, k, l, opts: _RangeOptions, delta):
-    from rdr_jax import certify as CE       # (certify imports this module's RSVD)
+    from rdr_jax import certify as CE
     res = _rsvd_jit(key, op, k, l, *opts)
     factors = (res.U * res.s[None, :], None, res.Vt.conj().T)
     return res, CE.certify_result(key, op, factors, delta)

@@ -38,8 +38,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rdr_jax import _jit
-from rdr_jax import _validation as V
+from rdr_jax._src import jit as _jit
+from rdr_jax._src import validation as V
 from rdr_jax.operators import pytree_dataclass, as_operator
 
 __all__ = ["gaussian", "srtt", "sparse_sign", "make_sketch", "as_sketch", "SKETCHES",
@@ -342,7 +342,7 @@ class SparseSignSketch(_Sketch):
         formed.
 
         Row ``i`` of the result is ``sum_{(j, t): rows[j, t] = i} signs[j, t] A[j]``.
-        ``impl="auto"`` calls ``rdr_jax._kernels.sparse_sign_matmul``, a JAX primitive: on
+        ``impl="auto"`` calls ``rdr_jax._src.kernels.sparse_sign_matmul``, a JAX primitive: on
         CPU a multithreaded numba kernel reached through the XLA FFI (A streamed once; equally
         fast eagerly and inside ``jit``); on GPU/TPU, and on CPU when the kernels are off
         (``RDR_JAX_CPU_KERNELS=0``, or a numba/jaxlib the kernels do not support), the
@@ -364,7 +364,7 @@ class SparseSignSketch(_Sketch):
         signs = self.signs.astype(dt)
         if impl == "xla":
             return _sparse_sign_xla(A, self.rows, signs, self.l)
-        from rdr_jax import _kernels
+        from rdr_jax._src import kernels as _kernels
         return _kernels.sparse_sign_matmul(A, self.rows, signs, self.l)
 
     def apply_sparse(self, S):
@@ -372,13 +372,13 @@ class SparseSignSketch(_Sketch):
 
         Column j of the result is ``sum_i S_ij Gamma[:, i]`` over the nonzeros of column j of
         S, each ``Gamma[:, i]`` holding zeta signs: a JAX primitive
-        (``rdr_jax._kernels.sparse_sign_sparse_matmul``) that on CPU runs a numba kernel
+        (``rdr_jax._src.kernels.sparse_sign_sparse_matmul``) that on CPU runs a numba kernel
         over S's CSC order (one output column per task, no atomics) and on GPU/TPU sorts the
         nnz * zeta products by output position and sums sorted segments. Bilinear in (S's
         values, signs), differentiable in both. A complex S is split into real and
         imaginary parts (Gamma is real).
         """
-        from rdr_jax import _kernels
+        from rdr_jax._src import kernels as _kernels
         dt = np.dtype(self._out_dtype(S.dtype))
         rdt = V.real_dtype(dt)
         signs = self.signs.astype(rdt)
@@ -397,7 +397,7 @@ def _sparse_sign_xla(A, rows, signs, l):
     """``Gamma @ A`` by the XLA formula of the sparse sign primitive, without the primitive
     (differentiable by JAX itself): the nonzeros sorted by row once, then a sorted segment
     sum (GPU/TPU) or a CSR product (CPU)."""
-    from rdr_jax import _kernels
+    from rdr_jax._src import kernels as _kernels
     return _kernels.sparse_sign_xla(A, rows, signs, l)
 
 

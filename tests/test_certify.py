@@ -229,7 +229,7 @@ def test_uncertified_estimate_rule_misses_tol_often(x64):
     A = _decaying_matrix()
     tol = 0.01
     keys = jax.random.split(jax.random.key(21), 200)
-    r = jax.jit(jax.vmap(lambda kk: R.fixed_accuracy.adaptive_column_skeletons(
+    r = jax.jit(jax.vmap(lambda kk: R.id_cur.fixed_accuracy.adaptive_column_skeletons(
         kk, A, tol, block_size=4, max_rank=80)))(keys)
     An = np.linalg.norm(A)
     errs = [np.linalg.norm(A - A[:, c[:k]] @ w[:k]) / An

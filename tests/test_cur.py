@@ -13,10 +13,10 @@ import scipy.sparse as sp
 
 import rdr_jax as R
 from rdr_jax import matrices as M
-from rdr_jax import pivoting as P
-from rdr_jax import decompositions as D
-from rdr_jax import selection as SL
-from rdr_jax import streaming as ST
+from rdr_jax.id_cur import pivoting as P
+from rdr_jax.id_cur import decompositions as D
+from rdr_jax.id_cur import selection as SL
+from rdr_jax.id_cur import streaming as ST
 
 ALL_METHODS = ["Rand-LUPP", "Rand-LUPP-1piter", "Rand-CPQR", "Rand-CPQR-1piter", "RSVD-DEIM",
                "RSVD-LS", "SRCUR"]

@@ -32,7 +32,7 @@ docs_build = _load_build_script()
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The rdr_jax reference, built once for this module."""
-    from rdr_jax.decompositions import ColumnID
+    from rdr_jax.id_cur.decompositions import ColumnID
 
     x64, new_module = jax.config.jax_enable_x64, ColumnID.__new__.__module__
     report = docs_build.build(tmp_path_factory.mktemp("api"), show_source=False)
@@ -88,7 +88,7 @@ def test_cross_references_are_links(reference):
     """Roles become links to the documented objects (the full paths written for pdoc)."""
     sketching = _page(reference, "rdr_jax.sketching")
     assert '<code><a href="#gaussian">rdr_jax.sketching.gaussian()</a></code>' in sketching
-    decompositions = _page(reference, "rdr_jax.decompositions")
+    decompositions = _page(reference, "rdr_jax.id_cur.decompositions")
     assert re.search(r'<code><a href="[^"]*#Method">rdr_jax\.selection\.Method</a></code>',
                      decompositions)
     plots = _page(reference, "rdr_jax.adawac.plots")

@@ -1,5 +1,5 @@
 """The exact interpolation matrix W = C^+ A by sketch-preconditioned CholeskyQR
-(rdr_jax.decompositions._exact_coefficients, rdr_jax._linalg.precond_qr): equal to least
+(rdr_jax.id_cur.decompositions._exact_coefficients, rdr_jax._src.linalg.precond_qr): equal to least
 squares on well-conditioned, ill-conditioned and rank-deficient skeleton blocks."""
 
 import jax
@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rdr_jax import _linalg as L
-from rdr_jax import decompositions as D
-from rdr_jax import selection as SL
+from rdr_jax._src import linalg as L
+from rdr_jax.id_cur import decompositions as D
+from rdr_jax.id_cur import selection as SL
 from rdr_jax.operators import as_operator
 
 

@@ -1,4 +1,4 @@
-"""Fixed-accuracy ID (rdr_jax.fixed_accuracy): accuracy vs tol over many keys, exact rank,
+"""Fixed-accuracy ID (rdr_jax.id_cur.fixed_accuracy): accuracy vs tol over many keys, exact rank,
 zero matrix, scaling, jit/vmap purity, no retrace per tol, input validation, sparse/factored/
 implicit operators, the exact-coefficient prefix, and agreement with the former host loop.
 
@@ -14,7 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 import rdr_jax
-from rdr_jax import fixed_accuracy as FA
+from rdr_jax.id_cur import fixed_accuracy as FA
 
 DTYPES = ["float32", "float64"]
 M, N, B = 60, 40, 4

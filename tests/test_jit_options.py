@@ -1,12 +1,12 @@
-"""rdr_jax._jit: per-function XLA:CPU compile options (faster compiles, same results)."""
+"""rdr_jax._src.jit: per-function XLA:CPU compile options (faster compiles, same results)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import rdr_jax as R
-from rdr_jax import _jit
-from rdr_jax import decompositions as D
+from rdr_jax._src import jit as _jit
+from rdr_jax.id_cur import decompositions as D
 
 
 def test_options_in_effect_on_cpu_and_results_identical():
@@ -15,7 +15,7 @@ def test_options_in_effect_on_cpu_and_results_identical():
     A = jnp.asarray(np.random.default_rng(0).standard_normal((60, 40)), jnp.float32)
     key = jax.random.key(0)
     op = R.as_operator(A)
-    opts = D._Options(R.selection.resolve_method("lupp"), "column", False, None)
+    opts = D._Options(R.id_cur.selection.resolve_method("lupp"), "column", False, None)
     fast = D._interpolative._fast(key, op, 8, 18, 8, 18, opts)
     plain = D._interpolative._plain(key, op, 8, 18, 8, 18, opts)
     np.testing.assert_array_equal(np.asarray(fast.cols), np.asarray(plain.cols))
@@ -51,11 +51,12 @@ _CHILD = r"""
 import jax, jax.numpy as jnp, numpy as np
 jax.config.update("jax_enable_x64", True)
 import rdr_jax as R
-from rdr_jax import _jit, decompositions as D
+from rdr_jax._src import jit as _jit
+from rdr_jax.id_cur import decompositions as D
 assert _jit.cpu_compiler_options() == _jit.CPU_COMPILER_OPTIONS
 A = jnp.asarray(np.random.default_rng(0).standard_normal((300, 120)))
 op, key = R.as_operator(A), jax.random.key(0)
-opts = D._Options(R.selection.resolve_method("lupp"), "column", False, None)
+opts = D._Options(R.id_cur.selection.resolve_method("lupp"), "column", False, None)
 fast, plain = D._interpolative._fast, D._interpolative._plain
 a, b = fast(key, op, 20, 30, 25, 35, opts), plain(key, op, 20, 30, 25, 35, opts)
 np.testing.assert_array_equal(np.asarray(a.cols), np.asarray(b.cols))

@@ -1,4 +1,4 @@
-"""The CPU kernels' fallback (rdr_jax._kernels): forcing the XLA formulas (``RDR_JAX_CPU_KERNELS=0``,
+"""The CPU kernels' fallback (rdr_jax._src.kernels): forcing the XLA formulas (``RDR_JAX_CPU_KERNELS=0``,
 a numba or FFI version outside the supported range, a kernel that fails to build) gives the
 kernels' results to rounding, with one clear warning where the user did not ask for it; the
 GPU/TPU formulas (sorted segment sums) run on CPU under jit, vmap and grad."""
@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from jax.experimental import sparse as jsparse
 
 import rdr_jax as R
-from rdr_jax import _kernels as K
+from rdr_jax._src import kernels as K
 from rdr_jax import sketching as S
 from tests.conftest import EXPERIMENTS, rtol
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import rdr_jax as R
-from rdr_jax import _linalg as L
-from rdr_jax import decompositions as D
-from rdr_jax import selection as SL
+from rdr_jax._src import linalg as L
+from rdr_jax.id_cur import decompositions as D
+from rdr_jax.id_cur import selection as SL
 
 
 def _program(f, *args):

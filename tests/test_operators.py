@@ -182,7 +182,7 @@ def test_large_sparse_product_is_chunked(monkeypatch, rng):
 def test_sparse_products_jit_eager_vmap_grad_match_dense(acc, small, dt, rng, monkeypatch):
     """S @ X and X @ S (each X @ S strategy in turn) eager, in jit and under vmap agree with
     the dense reference; grad/jvp/vjp and second order go through the same kernels."""
-    import rdr_jax._kernels as K
+    import rdr_jax._src.kernels as K
     monkeypatch.setattr(K, "_LEFT_ACC_ELEMS", acc)
     monkeypatch.setattr(K, "_SMALL_DIM", small)
     monkeypatch.setattr(K, "_PARALLEL_WORK", 0)  # small products on several threads too

@@ -15,8 +15,8 @@ import jax
 import numpy as np
 import pytest
 
-from rdr_jax import outofcore as O
-from rdr_jax import streaming as ST
+from rdr_jax.id_cur import outofcore as O
+from rdr_jax.id_cur import streaming as ST
 
 
 def low_rank(rng, m, n, r, dtype):
@@ -161,7 +161,7 @@ _CHILD = textwrap.dedent("""
     import json, sys
     import jax
     jax.config.update("jax_enable_x64", True)
-    from rdr_jax import outofcore as O
+    from rdr_jax.id_cur import outofcore as O
 
     def status(key):
         with open("/proc/self/status") as f:

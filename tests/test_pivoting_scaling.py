@@ -1,4 +1,4 @@
-"""Scale robustness of rdr_jax.pivoting (issue 12, "no silent wrong answers").
+"""Scale robustness of rdr_jax.id_cur.pivoting (issue 12, "no silent wrong answers").
 
 ``eta = sqrt(1 + ||X_1^+ X_2||_2^2)``, the interpolation matrix T and the pivots are invariant
 to scaling X; the Gram products behind them are not. Every function must return the scale-1
@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rdr_jax import _fp
-from rdr_jax import pivoting as P
+from rdr_jax._src import fp as _fp
+from rdr_jax.id_cur import pivoting as P
 
 SCALES32 = (1e-30, 1e-18, 1.0, 1e20, 1e30)
 SCALES64 = (1e-300, 1e-150, 1e-18, 1.0, 1e20, 1e150, 1e300)

@@ -17,7 +17,7 @@ import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 jax.config.update("jax_enable_x64", True)
 import rdr_jax as R
-from rdr_jax.selection import resolve_method
+from rdr_jax.id_cur.selection import resolve_method
 rng = np.random.default_rng(0)
 A = (rng.standard_normal((1200, 40)) / np.arange(1, 41)) @ rng.standard_normal((40, 400))
 A = A + 1e-3 * rng.standard_normal(A.shape)                # numerical rank ~40 < k = 50

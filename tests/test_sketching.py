@@ -159,7 +159,7 @@ def _sparse_sign_case(dt, seed=0, m=SS_M, n=SS_N):
 @pytest.mark.parametrize("threads", ["serial", "parallel"])
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_sparse_sign_jit_eager_and_xla_match_dense_reference(dt, threads, monkeypatch):
-    from rdr_jax import _kernels
+    from rdr_jax._src import kernels as _kernels
     monkeypatch.setattr(_kernels, "_PARALLEL_WORK", 0 if threads == "parallel" else 1 << 62)
     with _x64(dt):
         sk, A, G = _sparse_sign_case(dt)
@@ -267,7 +267,7 @@ def test_sparse_sign_complex_input(dt):
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_sparse_sign_times_sparse_matches_dense_reference(dt, monkeypatch):
     """Gamma @ S for a sparse S (CSC kernel): jit, eager, grad in S's values, vmap over keys."""
-    from rdr_jax import _kernels
+    from rdr_jax._src import kernels as _kernels
     if dt == np.float64:  # the parallel kernel (float32 takes the serial one: small product)
         monkeypatch.setattr(_kernels, "_PARALLEL_WORK", 0)
     with _x64(dt):

@@ -10,9 +10,9 @@ import pytest
 import scipy.sparse as sp
 
 import rdr_jax as R
-from rdr_jax import decompositions as D
+from rdr_jax.id_cur import decompositions as D
 from rdr_jax import randomized_svd as RS
-from rdr_jax import selection as SL
+from rdr_jax.id_cur import selection as SL
 
 KEYS = jax.random.split(jax.random.key(0), 3)
 

@@ -109,7 +109,7 @@ t = time.perf_counter()
 jax.block_until_ready(R.interpolative(key, A, {k}))
 second = time.perf_counter() - t
 # the split, on a new signature (k + 1 is in the same bucket: compile it separately)
-from rdr_jax import decompositions as D, selection as SL
+from rdr_jax.id_cur import decompositions as D, selection as SL
 op = R.as_operator(A)
 m = SL.resolve_method("lupp")
 sz = SL.plan(m, {k}, {k} + 10, op.shape)

@@ -1,7 +1,7 @@
 """Sparse sign vs Gaussian sketch on one device: draw + apply, each inside one jitted call.
 
 The question (issue 22): on a GPU, is drawing and applying a sparse sign sketch (the sorted
-segment-sum lowering of :func:`rdr_jax._kernels.sparse_sign_matmul`) faster than a Gaussian
+segment-sum lowering of :func:`rdr_jax._src.kernels.sparse_sign_matmul`) faster than a Gaussian
 sketch, whose GEMM runs at the backend's default precision (TF32 on NVIDIA GPUs) and, under
 ``jax.default_matmul_precision("highest")``, in full float32? On CPU the sparse sign product
 is the numba kernel, and ``sparse_sign_xla`` times the XLA formula for comparison.
@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from rdr_jax import _kernels  # noqa: E402
+from rdr_jax._src import kernels as _kernels  # noqa: E402
 from rdr_jax.sketching import gaussian, sparse_sign  # noqa: E402
 
 #: method -> what it times (all: one jitted call of (key, A))

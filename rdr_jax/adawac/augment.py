@@ -51,7 +51,7 @@ import numpy as np
 import scipy.special
 from jaxtyping import Array, Bool, Float, Int
 
-from rdr_jax._validation import check_int, check_key
+from rdr_jax._src.validation import check_int, check_key
 
 __all__ = [
     "AugmentParams",

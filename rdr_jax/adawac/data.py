@@ -49,7 +49,7 @@ from typing import Any, NamedTuple, Optional, Sequence, Union
 import numpy as np
 import scipy.ndimage
 
-from rdr_jax._validation import check_int
+from rdr_jax._src.validation import check_int
 
 __all__ = [
     "ACDC_CLASSES",

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from rdr_jax import _validation as V
+from rdr_jax._src import validation as V
 
 __all__ = ["WACAux", "cross_entropy", "dice_loss", "consistency", "wac_objective",
            "wac_dice_loss"]

@@ -35,7 +35,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 import scipy.ndimage
 
-from rdr_jax._validation import check_int
+from rdr_jax._src.validation import check_int
 
 __all__ = [
     "MetricsSummary",

@@ -60,7 +60,7 @@ import jax
 import numpy as np
 import scipy.ndimage
 
-from rdr_jax._validation import check_int, check_key
+from rdr_jax._src.validation import check_int, check_key
 from rdr_jax.adawac.data import (SYNAPSE_CLASSES, SegmentationData, VolumeDataset,
                                  slices_from_volumes)
 

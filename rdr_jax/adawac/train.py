@@ -76,7 +76,7 @@ from flax import nnx
 from jaxtyping import Array
 
 from rdr_jax import models
-from rdr_jax._validation import check_int
+from rdr_jax._src.validation import check_int
 from rdr_jax.adawac.augment import batch_two_views
 from rdr_jax.adawac.configs import TRIM_KEEP_RATIO
 from rdr_jax.adawac.data import SliceDataset, VolumeDataset, has_foreground

@@ -49,7 +49,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int
 
-from rdr_jax import _validation as V
+from rdr_jax._src import validation as V
 
 __all__ = ["BetaMirrorAscentState", "beta_mirror_ascent", "beta_gradient", "init_beta"]
 

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, Optional, Union
 
 import numpy as np
 
-from rdr_jax._validation import check_int
+from rdr_jax._src.validation import check_int
 
 __all__ = [
     "ArrayLoader",

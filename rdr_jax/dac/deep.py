@@ -65,7 +65,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from rdr_jax import models
-from rdr_jax._validation import check_int, check_key
+from rdr_jax._src.validation import check_int, check_key
 from rdr_jax.dac.configs import CIFAR100_MEAN, CIFAR100_STD
 from rdr_jax.models.small_cnn import SmallCNN
 from rdr_jax.training import (LoopConfig, ModelGraph, TrainState, apply_gradients,

@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from rdr_jax import _validation as V
+from rdr_jax._src import validation as V
 from rdr_jax.dac.linear import MCEstimate, _check_nonneg, _dac_hard_K, _delta_svd, _erm_K, _mm, \
     _pinv, _rtol_or, _stack
 

@@ -68,7 +68,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from rdr_jax import _validation as V
+from rdr_jax._src import validation as V
 from rdr_jax.operators import HIGHEST
 
 __all__ = [

@@ -80,7 +80,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from rdr_jax import _validation as V
+from rdr_jax._src import validation as V
 
 __all__ = ["identity", "auto_contrast", "equalize", "rotate", "solarize", "color", "posterize",
            "contrast", "brightness", "sharpness", "shear_x", "shear_y", "translate_x",

@@ -63,7 +63,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float
 
-from rdr_jax import _validation as V
+from rdr_jax._src import validation as V
 from rdr_jax.operators import HIGHEST
 
 __all__ = [

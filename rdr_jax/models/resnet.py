@@ -45,7 +45,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from rdr_jax import _validation as V
+from rdr_jax._src import validation as V
 from rdr_jax.models._precision import at_least_float32, check_dtypes, keep_stats_precise
 
 __all__ = ["ResNet", "BasicBlock", "Bottleneck", "resnet34", "resnet50", "torch_conv_init",

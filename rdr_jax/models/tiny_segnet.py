@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from rdr_jax._validation import check_int
+from rdr_jax._src.validation import check_int
 from rdr_jax.models._precision import at_least_float32, check_dtypes, keep_stats_precise
 
 __all__ = ["TinySegNet"]

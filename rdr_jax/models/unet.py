@@ -43,7 +43,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from rdr_jax import _validation as V
+from rdr_jax._src import validation as V
 from rdr_jax.models._precision import at_least_float32, check_dtypes
 from rdr_jax.models.resnet import (ResNet, batch_norm, check_int_tuple, check_nhwc_input,
                                    conv2d)

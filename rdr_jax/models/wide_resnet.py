@@ -54,7 +54,7 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float
 
-from rdr_jax import _validation as V
+from rdr_jax._src import validation as V
 from rdr_jax.models._precision import at_least_float32, check_dtypes, keep_stats_precise
 
 __all__ = ["WideResNet", "BasicBlock", "conv_init", "linear_init"]

@@ -57,7 +57,7 @@ above the estimate-based one (the error must be ~1.8x below ``tol`` to certify).
 Scaling: every sketch is computed as ``2^k A Omega'`` with an exact power of two ``2^k``
 chosen so that ``|Y'| ~ 1`` (``k = 0``, i.e. bit-identical arithmetic, unless the data are
 within a factor ``2^(maxexp/4)`` of under/overflow): for dense and sparse inputs from the
-largest ``|a_ij|`` decoded from its bits (``rdr_jax._fp``), for other operators from the
+largest ``|a_ij|`` decoded from its bits (``rdr_jax._src.fp``), for other operators from the
 first sketch. Matrices scaled by e.g. 1e-30 or 1e30 in float32 (whose squared norms would
 under/overflow) therefore give the same skeletons as the unscaled matrix, and dense or sparse
 inputs with subnormal entries -- which XLA flushes to zero in arithmetic -- are rescaled
@@ -87,10 +87,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Inexact, Int
 
-from rdr_jax import _jit
-from rdr_jax import _fp
+from rdr_jax._src import jit as _jit
+from rdr_jax._src import fp as _fp
 from rdr_jax import certify as CE
-from rdr_jax import _validation as V
+from rdr_jax._src import validation as V
 from rdr_jax.operators import HIGHEST, DenseOperator, LinearOperator, SparseOperator, as_operator
 
 __all__ = ["DEFAULT_MAX_RANK", "AdaptiveColumns", "AdaptiveRows", "adaptive_column_skeletons",
@@ -199,7 +199,7 @@ def _sketcher(op, key, l, rdt):
     power-of-two scaling that keeps ``|Y'| ~ 1`` (squared norms then neither underflow nor
     overflow), and ``k0`` the initial exponent.
 
-    * dense: ``k`` from the largest ``|a_ij|``, decoded from the bits (:mod:`rdr_jax._fp`,
+    * dense: ``k`` from the largest ``|a_ij|``, decoded from the bits (:mod:`rdr_jax._src.fp`,
       immune to XLA's flush-to-zero); when ``k != 0`` each sketch multiplies the exactly
       rescaled copy ``2^k A``, so subnormal inputs work too (the branch depends on A only:
       it is not batched under vmap over keys);

@@ -67,9 +67,9 @@ import numpy as np
 from jax.scipy.linalg import solve_triangular
 from jaxtyping import Array, Bool, Float
 
-from rdr_jax import _jit
-from rdr_jax import _fp
-from rdr_jax import _validation as V
+from rdr_jax._src import jit as _jit
+from rdr_jax._src import fp as _fp
+from rdr_jax._src import validation as V
 from rdr_jax.norms import spectral_norm
 from rdr_jax.operators import HIGHEST, LinearOperator, pytree_dataclass, as_operator
 from rdr_jax.randomized_svd import RSVD, rsvd

@@ -1,7 +1,7 @@
 """Interpolative and CUR decompositions from randomized skeletons (thesis ``subsec:cur``).
 
 The whole pipeline, sketch -> row-basis approximator -> pivoting -> decomposition, is one
-lean jitted program per call signature and rank bucket (:mod:`rdr_jax.selection` holds
+lean jitted program per call signature and rank bucket (:mod:`rdr_jax.id_cur.selection` holds
 Lines 1-4 of the general Algorithm; this module forms the factors). With column skeletons
 ``cols`` and row skeletons ``rows``, ``C = A(:, cols)``, ``R = A(rows, :)``,
 ``S = A(rows, cols)``:
@@ -15,7 +15,7 @@ Lines 1-4 of the general Algorithm; this module forms the factors). With column 
   ``U = R_C^{-1} (Q_C^H A Q_R) R_R^{-H}`` (Eq. ``eq:cur_stable``).
 
 ``W`` and ``U`` use orthonormal bases of C and ``R^H`` from right-preconditioned CholeskyQR
-(``rdr_jax._linalg.precond_qr``; preconditioners: the triangular factors of Gaussian
+(``rdr_jax._src.linalg.precond_qr``; preconditioners: the triangular factors of Gaussian
 sketches of C and ``R^H``, for C the pivot block of the sketch itself), restricted to the
 numerical rank: no data-dependent branch, no SVD or eigensolver, 7 LAPACK/cuSOLVER calls for
 the column ID and 8 for CUR (``docs/design.md``, "The lean ID/CUR program").
@@ -28,7 +28,7 @@ bounds ``||A - C C^+ A||_F <= bound = eta ||A - A T^+ T||_F`` and, for CUR (Eq. 
 
 Fixed accuracy: pass a float ``tol`` in (0, 1) instead of an integer rank (like
 ``scipy.linalg.interpolative.interp_decomp(A, eps_or_k)``); the rank is found by the blocked
-randomized LUPP of :mod:`rdr_jax.fixed_accuracy` inside the same jitted computation.
+randomized LUPP of :mod:`rdr_jax.id_cur.fixed_accuracy` inside the same jitted computation.
 
 Inside ``jax.jit`` no value check can raise. What the caller gets instead: every result
 carries ``numerical_rank`` (``< rank`` means k exceeded the numerical rank of A; 0 means A is
@@ -49,18 +49,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rdr_jax import _jit
-from rdr_jax import _linalg as L
-from rdr_jax import _validation as V
+from rdr_jax._src import jit as _jit
+from rdr_jax._src import linalg as L
+from rdr_jax._src import validation as V
 from rdr_jax import distributed
 from rdr_jax import certify as CE
-from rdr_jax import fixed_accuracy as FA
-from rdr_jax import selection as SL
+from rdr_jax.id_cur import fixed_accuracy as FA
+from rdr_jax.id_cur import selection as SL
 from rdr_jax import sketching
-from rdr_jax._tallqr import as_orthonormalizer
+from rdr_jax._src.tallqr import as_orthonormalizer
 from rdr_jax.operators import HIGHEST, DenseOperator, LinearOperator, SparseOperator, as_operator
 from rdr_jax.randomized_svd import RSVD
-from rdr_jax.selection import LUPP, SRCUR, Method, check_rank, resolve_method, sketch_size
+from rdr_jax.id_cur.selection import LUPP, SRCUR, Method, check_rank, resolve_method, sketch_size
 
 __all__ = ["ColumnID", "RowID", "TwoSidedID", "CUR", "interpolative", "cur", "id_to_svd"]
 
@@ -237,7 +237,7 @@ def _unit(C):
 
 def _exact_coefficients(op, C, J, P, keep, sz: SL.Sizes, blocks: int = 1):
     """``W = C^+ A`` (Eq. ``eq:def_column_id``, the best coefficients for these skeletons)
-    by right-preconditioned CholeskyQR (``rdr_jax._linalg.precond_qr``):
+    by right-preconditioned CholeskyQR (``rdr_jax._src.linalg.precond_qr``):
     ``C = Q R``, ``W = R^{-1} Z Q^H A``, ``Z ~ (Q^H Q)^{-1}``. Returns ``(W, numerical
     rank of C)``; rows of W past k, and of the columns ``keep`` leaves out (numerically
     dependent), are zero, and ``W(:, cols) = I`` on the valid block."""
@@ -252,7 +252,7 @@ def _exact_coefficients(op, C, J, P, keep, sz: SL.Sizes, blocks: int = 1):
 
 def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, opts: "_Options", extra_left=()):
     """``U = C^+ A R^+`` (Eq. ``eq:cur_stable``) from preconditioned CholeskyQR of C and
-    ``R^H`` in one batch (``rdr_jax._linalg.precond_qr``, ``C = Q_C R_C``,
+    ``R^H`` in one batch (``rdr_jax._src.linalg.precond_qr``, ``C = Q_C R_C``,
     ``R^H = Q_R R_R``): ``U = R_C^{-1} Z_C (Q_C^H A Q_R) Z_R R_R^{-H}``. ``PC``, ``PR``:
     triangular preconditioners of C and ``R^H``. ``extra_left``: further ``(a, b)`` upper
     triangular left solves batched with the first solve of U (their results are returned).
@@ -496,7 +496,7 @@ class _TolOptions:
 
 @functools.partial(_jit.jit, static_argnames=("opts",))
 def _interpolative_tol(key, op, tol, opts: _TolOptions):
-    """Fixed accuracy: blocked randomized LUPP picks the rank (``rdr_jax.fixed_accuracy``);
+    """Fixed accuracy: blocked randomized LUPP picks the rank (``rdr_jax.id_cur.fixed_accuracy``);
     with ``interp="exact"`` the shortest pivot prefix whose exact-coefficient ID meets
     ``tol`` is kept (exact for dense/sparse A)."""
     kc, kr = jax.random.split(key)
@@ -591,14 +591,14 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
       key: ``jax.random.key``.
       A: m x n matrix or operator (dense, scipy.sparse, BCOO, implicit, factored).
       k: an int rank ``1 <= k <= min(m, n)`` (static), or a float tolerance in (0, 1): the
-        rank is then chosen by blocked randomized LUPP (:mod:`rdr_jax.fixed_accuracy`) so
+        rank is then chosen by blocked randomized LUPP (:mod:`rdr_jax.id_cur.fixed_accuracy`) so
         that the estimated relative Frobenius error is below ``tol``; the arrays are padded
         to ``max_rank`` (default ``min(m, n, 1024)``) and ``rank`` holds the rank found
         (``.trim()`` cuts them eagerly). ``tol`` is traced: no recompilation per tolerance.
       side: ``"column"``, ``"row"`` or ``"two_sided"``.
       method, sketch, power_iters, stable, oversample, l: see
-        :func:`rdr_jax.selection.select_columns` (``method`` may be a
-        :class:`rdr_jax.selection.Method`).
+        :func:`rdr_jax.id_cur.selection.select_columns` (``method`` may be a
+        :class:`rdr_jax.id_cur.selection.Method`).
       interp: ``"exact"`` or ``"sketch"`` (overrides the method's; default ``"exact"``).
       certify: compute the Frobenius bound (dense/sparse inputs).
       on_rank_deficient: k above the numerical rank of A makes the skeleton
@@ -612,7 +612,7 @@ def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
         failure probability ``1 - confidence``, 20 Gaussian test vectors: one more pass
         over A with 20 vectors). In fixed-accuracy mode it also changes the stopping rule:
         the loop stops only when a *certified* bound is below ``tol``
-        (:mod:`rdr_jax.fixed_accuracy`, "Certified stopping"), so
+        (:mod:`rdr_jax.id_cur.fixed_accuracy`, "Certified stopping"), so
         ``||A - A_hat||_F <= tol ||A||_F`` holds with probability >= ``confidence``;
         ``error_bound`` reports that bound (a warning when tol could not be certified).
 
@@ -670,7 +670,7 @@ def cur(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = None,
     ``algo:sketch_pivot_CUR_general``), ``U = C^+ A R^+`` by the stable QR construction.
     The thesis' seven algorithms are ``method="Rand-LUPP"``, ``"Rand-LUPP-1piter"``,
     ``"Rand-CPQR"``, ``"Rand-CPQR-1piter"``, ``"RSVD-DEIM"``, ``"RSVD-LS"``, ``"SRCUR"``
-    (or pivoting objects / a :class:`rdr_jax.selection.Method`).
+    (or pivoting objects / a :class:`rdr_jax.id_cur.selection.Method`).
 
     Certificates: ``eta`` (columns), ``eta_rows`` (rows) and, with ``certify`` on dense and
     sparse inputs, ``bound`` with ``||A - CUR||_F <= bound`` (Thm

@@ -28,7 +28,7 @@ eager calls compile once per shape).
 
 **Scaling.** Pivots, ``T`` and ``eta`` are invariant to scaling X, and so are the results:
 every function first rescales its input by a power of two so that the largest entry lies in
-[1, 2) (exact: no rounding; ``rdr_jax._fp.normalize``), so Gram products neither overflow
+[1, 2) (exact: no rounding; ``rdr_jax._src.fp.normalize``), so Gram products neither overflow
 nor underflow. Any finite X -- e.g. float32 scaled by 1e-30 ... 1e30, subnormal X (which XLA on
 CPU otherwise reads as 0), an all-zero X -- gives finite, true results, and the pivots of
 normal inputs are exactly those of the unscaled algorithms. A Gram matrix the caller formed
@@ -50,7 +50,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from rdr_jax import _fp, _linalg
+from rdr_jax._src import fp as _fp, linalg as _linalg
 from rdr_jax.operators import HIGHEST
 
 __all__ = ["BackendError", "lupp", "cpqr", "leverage_scores", "leverage", "maxvol_refine",
@@ -81,7 +81,7 @@ def cpqr_available(platform: str | None = None) -> bool:
 
 
 def _unit(X):
-    """``X 2^-e`` with its largest entry in [1, 2) (exact), see ``rdr_jax._fp.normalize``."""
+    """``X 2^-e`` with its largest entry in [1, 2) (exact), see ``rdr_jax._src.fp.normalize``."""
     return _fp.normalize(X)[0]
 
 
@@ -202,7 +202,7 @@ def leverage(key, V: jax.Array, k: int, *, mode: str = "sample") -> jax.Array:
 def _pivot_map(X1):
     """``M = X_1^+`` (k x l) for the l x k pivot block ``X_1`` (``l >= k``, columns in pivot
     order) from one Householder factorisation of the damped ``[X_1; d I]`` and one
-    triangular solve (``rdr_jax._linalg.pseudo_inverse``): ``X_1^+`` to working accuracy
+    triangular solve (``rdr_jax._src.linalg.pseudo_inverse``): ``X_1^+`` to working accuracy
     for a block of full numerical rank, the pseudo-inverse of its leading independent
     columns for a rank-deficient one (0 for an all-zero block). No SVD, no branch. Callers
     pass a power-of-two-rescaled block (:func:`_unit`), so nothing overflows.

@@ -50,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rdr_jax import _validation as V
+from rdr_jax._src import validation as V
 
 __all__ = ["Householder", "CholeskyQR2", "cholesky_qr2", "householder_qr", "as_orthonormalizer",
            "ORTHONORMALIZERS"]

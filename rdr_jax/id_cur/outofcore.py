@@ -7,9 +7,9 @@
 consecutive row (or column) blocks, each read once from disk into a fresh array whose size
 is set by ``memory_budget``. :func:`streaming_cur` runs the two passes of the streaming CUR
 over such a matrix: pass 1 sketches ``X = Gamma A`` and ``Y = A Omega^H`` and pivots on
-them (:func:`rdr_jax.streaming.streaming_skeletons`), pass 2 collects ``C``, ``S``, ``R``
-(:func:`rdr_jax.streaming.retrieve_skeletons`) and returns ``A ~ C S^+ R``
-(:func:`rdr_jax.streaming.cur_from_skeletons`). Peak memory is
+them (:func:`rdr_jax.id_cur.streaming.streaming_skeletons`), pass 2 collects ``C``, ``S``, ``R``
+(:func:`rdr_jax.id_cur.streaming.retrieve_skeletons`) and returns ``A ~ C S^+ R``
+(:func:`rdr_jax.id_cur.streaming.cur_from_skeletons`). Peak memory is
 ``O((m + n) l) + O(block)``: the sketches plus at most two blocks in flight.
 
 Files are read with explicit ``readinto``/HDF5 hyperslab reads rather than through a
@@ -27,9 +27,9 @@ from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
-from rdr_jax import _validation as V
-from rdr_jax import streaming as ST
-from rdr_jax.decompositions import CUR
+from rdr_jax._src import validation as V
+from rdr_jax.id_cur import streaming as ST
+from rdr_jax.id_cur.decompositions import CUR
 
 __all__ = ["DiskMatrix", "DEFAULT_MEMORY_BUDGET", "BLOCKS_IN_FLIGHT", "streaming_cur"]
 
@@ -64,7 +64,7 @@ class DiskMatrix:
 
     Block size rule: a row block has ``b = max(1, memory_budget // (3 * n * itemsize))``
     rows (a column block ``max(1, memory_budget // (3 * m * itemsize))`` columns), i.e.
-    :data:`rdr_jax.outofcore.BLOCKS_IN_FLIGHT` = 3 blocks fit in ``memory_budget`` bytes: the block JAX is
+    :data:`rdr_jax.id_cur.outofcore.BLOCKS_IN_FLIGHT` = 3 blocks fit in ``memory_budget`` bytes: the block JAX is
     consuming (its device copy), the next block being read, and one transient (the NumPy
     block while JAX copies it, a transposed copy, or the quarter-block staging buffer of a
     read across the storage order). A single line larger than the budget still makes a block of
@@ -453,11 +453,11 @@ def streaming_cur(key, A: DiskMatrix, k: int, *, l: int | None = None,
     """Streaming CUR of a matrix on disk in two passes
     (Algorithm ``algo:sketch_pivot_CUR_online``).
 
-    Pass 1 (:func:`rdr_jax.streaming.streaming_skeletons` over ``A.blocks(axis)``): ``X =
+    Pass 1 (:func:`rdr_jax.id_cur.streaming.streaming_skeletons` over ``A.blocks(axis)``): ``X =
     Gamma A`` (l x n) and ``Y = A Omega^H`` (m x l) in one read of A, then ``k`` columns by
     LUPP on ``X^T`` and ``k`` rows by LUPP on ``Y`` (CPQR with ``method="cpqr"``). Pass 2
-    (:func:`rdr_jax.streaming.retrieve_skeletons`): ``C = A(:, J)``, ``R = A(I, :)``,
-    ``S = A(I, J)``, and ``A ~ C S^+ R`` (:func:`rdr_jax.streaming.cur_from_skeletons`),
+    (:func:`rdr_jax.id_cur.streaming.retrieve_skeletons`): ``C = A(:, J)``, ``R = A(I, :)``,
+    ``S = A(I, J)``, and ``A ~ C S^+ R`` (:func:`rdr_jax.id_cur.streaming.cur_from_skeletons`),
     with the certificates ``eta``/``eta_rows`` of the two pivotings. The error obeys
     ``||A - C S^+ R|| <~ eta ||A - A X^+ X|| + eta_rows ||A - Y Y^+ A||``.
 
@@ -482,7 +482,7 @@ def streaming_cur(key, A: DiskMatrix, k: int, *, l: int | None = None,
       progress: show a tqdm progress bar over the blocks of each pass.
 
     Returns:
-      :class:`rdr_jax.decompositions.CUR` with ``rows``, ``cols``, ``C``, ``U = S^+``, ``R``,
+      :class:`rdr_jax.id_cur.decompositions.CUR` with ``rows``, ``cols``, ``C``, ``U = S^+``, ``R``,
       ``eta``, ``eta_rows``.
 
     Example::

@@ -43,7 +43,7 @@ where ``W`` (k x n, ``W(:, cols) = I``) spans a subspace of the row space of ``X
 
 SRCUR (Chen et al. 2020): a randomized complete-pivoting-type selection on a sketch, then
 spectrum-revealing swaps that increase the pivot-block volume by a factor > g until every
-interpolation coefficient is at most g (:func:`rdr_jax.pivoting.maxvol_refine`), for columns
+interpolation coefficient is at most g (:func:`rdr_jax.id_cur.pivoting.maxvol_refine`), for columns
 and rows. Not implemented from the paper: its swap test on the Schur complement of the full
 ``A`` (O(mn) per test), so the paper's gap-dependent bound is not certified; the ``eta``
 certificate holds instead. (The authors' thesis code for SRCUR was broken.)
@@ -63,11 +63,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rdr_jax import _jit
-from rdr_jax import _linalg as L
-from rdr_jax import _validation as V
-from rdr_jax import pivoting as P
-from rdr_jax._tallqr import as_orthonormalizer
+from rdr_jax._src import jit as _jit
+from rdr_jax._src import linalg as L
+from rdr_jax._src import validation as V
+from rdr_jax.id_cur import pivoting as P
+from rdr_jax._src.tallqr import as_orthonormalizer
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
 from rdr_jax.randomized_svd import orth, power_range
 from rdr_jax.sketching import Gaussian, as_sketch
@@ -92,7 +92,7 @@ class _Pivot:
     default_oversample: ClassVar[int] = 10
 
     def check_backend(self) -> None:
-        """Raise :class:`rdr_jax.pivoting.BackendError` where the scheme has no lowering."""
+        """Raise :class:`rdr_jax.id_cur.pivoting.BackendError` where the scheme has no lowering."""
 
     def select(self, key, X, k: int):
         """Line 3: k column pivots of the l x n approximator ``X``."""
@@ -287,7 +287,7 @@ class Method:
     def for_operator(self, op, adjoint: bool = False) -> "Method":
         """The method with ``orthonormalize="auto"``/``"cholesky_qr2"`` resolved for the
         concrete input ``op`` (its row sharding; see
-        ``rdr_jax._tallqr.as_orthonormalizer``), or for ``op^H`` with ``adjoint=True`` (the
+        ``rdr_jax._src.tallqr.as_orthonormalizer``), or for ``op^H`` with ``adjoint=True`` (the
         operator a row ID runs its column ID on: its rows are op's columns)."""
         return dataclasses.replace(self, orthonormalize=as_orthonormalizer(
             self.orthonormalize, op, adjoint))
@@ -510,7 +510,7 @@ class ColumnPivots(NamedTuple):
     is the sketch interpolation matrix; R: the triangular factor of the damped pivot block
     (kb x kb, ``R^H R = X_1^H X_1 + D^2``), a preconditioner for ``C = A(:, cols)`` when
     ``preconditions`` (X an oblivious sketch of A, else None); Uk: the rSVD's ``U_k`` or
-    None; eta: ``>= ||T||_2`` (``rdr_jax._linalg.norm2_bound``, within
+    None; eta: ``>= ||T||_2`` (``rdr_jax._src.linalg.norm2_bound``, within
     ``kb^(1/512)``); T: the interpolation matrix when it was formed (SRCUR), else None.
     """
 
@@ -580,7 +580,7 @@ def pivot_block(key, op: LinearOperator, sz: Sizes, method: Method) -> PivotBloc
 
 
 def damped_pivot_block(pb: PivotBlock, sz: Sizes):
-    """``[X_1; D]`` for ``rdr_jax._linalg.sketch_qr`` (damping ``d = eps ||X_1||_F``:
+    """``[X_1; D]`` for ``rdr_jax._src.linalg.sketch_qr`` (damping ``d = eps ||X_1||_F``:
     every solve stays finite for a rank-deficient block)."""
     return L.damped_block(pb.X1, sz.valid())
 
@@ -601,7 +601,7 @@ def pivot_columns(key, op: LinearOperator, sz: Sizes, method: Method) -> ColumnP
     """Lines 1-3: pivots, the damped pseudo-inverse of the pivot block and ``eta``.
 
     The pivot block ``X_1 = X(:, cols)`` (lb x kb) is factored once by Householder with a
-    damping ``D`` (``rdr_jax._linalg.sketch_qr``): ``R^H R = X_1^H X_1 + D^2`` and
+    damping ``D`` (``rdr_jax._src.linalg.sketch_qr``): ``R^H R = X_1^H X_1 + D^2`` and
     ``X_1^+ = R^{-1} Q_1^H`` (two library calls).
     """
     pb = pivot_block(key, op, sz, method)
@@ -733,7 +733,7 @@ def select_columns(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = N
                    oversample: int | None = None, l: int | None = None) -> ColumnSelection:
     """Column skeletons by randomized pivoting (Lines 1-3 of ``algo:sketch_pivot_CUR_general``).
 
-    Math: build ``X`` (:func:`rdr_jax.selection.row_basis`), pivot to get ``cols``, return
+    Math: build ``X`` (:func:`rdr_jax.id_cur.selection.row_basis`), pivot to get ``cols``, return
     ``W = X(:, cols)^+ X`` and ``eta = sqrt(1 + ||X_1^+ X_2||_2^2)`` so that
     ``||A - C C^+ A|| <= eta ||A - A W^+ W||`` (Eq. ``eq:pivoting_on_rangeapprox_error_bound``).
 
@@ -743,8 +743,8 @@ def select_columns(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = N
       k: number of skeletons (static), ``1 <= k <= min(m, n)``.
       method: ``"lupp"`` (default; Rand-LUPP, Algorithm ``algo:rand-id-lupp``), ``"cpqr"``,
         ``"deim"``, ``"leverage"``, ``"srcur"``, a thesis name such as ``"Rand-LUPP-1piter"``
-        (:data:`rdr_jax.selection.VARIANTS`), a pivoting object (``CPQR(impl="xla")``,
-        ``Leverage("topk")``, ``SRCUR(g=1.2)``) or a :class:`rdr_jax.selection.Method`.
+        (:data:`rdr_jax.id_cur.selection.VARIANTS`), a pivoting object (``CPQR(impl="xla")``,
+        ``Leverage("topk")``, ``SRCUR(g=1.2)``) or a :class:`rdr_jax.id_cur.selection.Method`.
       sketch: ``"gaussian"`` (default), ``"srtt"``, ``"sparse_sign"`` or a choice object
         (``SparseSign(zeta=4)``); overrides the method's.
       power_iters: q (static); default from the method (0, or 1 for the ``-1piter`` names).
@@ -759,7 +759,7 @@ def select_columns(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = N
 
     Raises:
       ValueError/TypeError: bad k, l, method, sketch, NaN/Inf in A.
-      rdr_jax.pivoting.BackendError: CPQR requested where it has no lowering (TPU).
+      rdr_jax.id_cur.pivoting.BackendError: CPQR requested where it has no lowering (TPU).
 
     Example:
       >>> sel = select_columns(jax.random.key(0), A, 20)

@@ -18,12 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
-from rdr_jax import _jit
-from rdr_jax import _validation as V
-from rdr_jax import pivoting as P
-from rdr_jax.decompositions import CUR
+from rdr_jax._src import jit as _jit
+from rdr_jax._src import validation as V
+from rdr_jax.id_cur import pivoting as P
+from rdr_jax.id_cur.decompositions import CUR
 from rdr_jax.operators import HIGHEST
-from rdr_jax.selection import CPQR, LUPP, resolve_method
+from rdr_jax.id_cur.selection import CPQR, LUPP, resolve_method
 from rdr_jax.sketching import as_sketch
 
 __all__ = ["StreamingSketches", "StreamingSkeletons", "streaming_sketches",
@@ -89,7 +89,7 @@ def streaming_sketches(key, blocks: Iterable[Any], shape: tuple[int, int], l: in
       dtype: working dtype (default: the first block's).
 
     Returns:
-      :class:`rdr_jax.streaming.StreamingSketches` ``(X, Y)``.
+      :class:`rdr_jax.id_cur.streaming.StreamingSketches` ``(X, Y)``.
 
     Raises:
       ValueError: blocks that do not tile ``shape`` along ``axis``, wrong widths, SRTT, NaN.
