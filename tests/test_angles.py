@@ -17,6 +17,8 @@ import scipy.linalg
 
 import rdr_jax as R
 from rdr_jax import angles as AN
+from rdr_jax.angles import estimator, exact, posterior, prior
+from rdr_jax.angles._common import sines_orthonormal
 from rdr_jax import matrices as M
 from rdr_jax.sketching import SparseSign, make_sketch
 
@@ -39,10 +41,10 @@ def _true_sines_batch(A, Ut, Vtt, keys, k, l, q):
     def one(kk):
         Q = R.rangefinder(kk, A, l, power_iters=q)
         Vh = jnp.linalg.qr(jnp.matmul(A.T, Q, precision=jax.lax.Precision.HIGHEST))[0]
-        left = AN._sines_orthonormal(Q, Ut[:, :k])
+        left = sines_orthonormal(Q, Ut[:, :k])
         # chained after `left`: two independent batched SVDs can deadlock jaxlib's CPU
-        # LAPACK kernels on a 2-thread pool (see rdr_jax.angles._after)
-        return left, AN._sines_orthonormal(Vh, Vtt[:k].T, after=left)
+        # LAPACK kernels on a 2-thread pool (see rdr_jax.angles._common.run_after)
+        return left, sines_orthonormal(Vh, Vtt[:k].T, after=left)
     return jax.vmap(one)(keys)
 
 
@@ -158,46 +160,161 @@ def test_canonical_angles_jit_vmap_no_retrace():
 
     f(U, Vs[0])
     f(U * 2, Vs[1])
-    size = AN._canonical_angles_jit._cache_size()
+    size = exact._canonical_angles_jit._cache_size()
     AN.canonical_angles(U + 1, Vs[2])
-    assert AN._canonical_angles_jit._cache_size() == size
-    # inside jit a rank-deficient basis cannot raise: it is flagged by NaN
+    assert exact._canonical_angles_jit._cache_size() == size
+    # inside jit the length is static: a rank-deficient basis gives its angles, then NaN
     bad = jnp.concatenate([Vs[0][:, :2], Vs[0][:, :1]], axis=1)
-    assert np.all(np.isnan(_np(f(U, bad))))
+    got = _np(f(U, bad))
+    assert got.shape == (3,) and np.isnan(got[2])
+    np.testing.assert_allclose(got[:2], _np(AN.canonical_angles(U, bad)), atol=1e-6)
 
 
-@pytest.mark.parametrize("case", ["nan", "rank_deficient", "rows", "wide", "1d", "empty"])
+@pytest.mark.parametrize("case", ["nan", "rows", "1d", "string"])
 def test_canonical_angles_bad_input(case):
     rng = np.random.default_rng(3)
     U = rng.standard_normal((10, 3))
     Vb = rng.standard_normal((10, 2))
+    err = ValueError
     if case == "nan":
         Vb[0, 0] = np.nan
         msg = "V contains 1 non-finite"
-    elif case == "rank_deficient":
-        U[:, 2] = U[:, 0] + U[:, 1]
-        msg = "U is rank-deficient"
     elif case == "rows":
         Vb = Vb[:9]
         msg = "same number of rows"
-    elif case == "wide":
-        U = rng.standard_normal((3, 5))
-        Vb = Vb[:3]
-        msg = "more columns than rows"
     elif case == "1d":
         U = U[:, 0]
         msg = "U must be a 2-D matrix"
     else:
-        Vb = Vb[:, :0]
-        msg = "V is empty"
-    with pytest.raises(ValueError, match=msg):
+        U = np.array([["a", "b"]])
+        err, msg = TypeError, "U must be a floating array"
+    with pytest.raises(err, match=msg):
         AN.canonical_angles(U, Vb)
+
+
+# -- the scipy interface: empty, rank-deficient and wide bases, radians, integers ---------
+def _scipy_ascending(X, Y, dtype=np.float64):
+    """scipy's angles, ascending; computed in ``dtype`` (scipy's rank tolerance uses its eps)."""
+    return np.sort(scipy.linalg.subspace_angles(np.asarray(X, dtype), np.asarray(Y, dtype)))
+
+
+@pytest.mark.parametrize("shapes", [((10, 0), (10, 2)), ((10, 3), (10, 0)), ((0, 3), (0, 2))])
+def test_canonical_angles_empty_input_gives_empty_array_as_scipy(shapes, dtype):
+    U, Vb = np.ones(shapes[0], dtype), np.ones(shapes[1], dtype)
+    for radians in (False, True):
+        got = AN.canonical_angles(U, Vb, radians=radians)
+        assert got.shape == (0,) and got.dtype == dtype
+    assert _scipy_ascending(U, Vb).shape == (0,)
+    # a zero basis spans {0}: no angles either
+    z = AN.canonical_angles(np.zeros((10, 3), dtype), np.ones((10, 2), dtype))
+    assert z.shape == (0,) and _scipy_ascending(np.zeros((10, 3)), np.ones((10, 2))).size == 0
+
+
+def _rank_deficient_cases(rng):
+    U = rng.standard_normal((12, 5))
+    U[:, 3] = U[:, 0] - 2 * U[:, 1]
+    U[:, 4] = U[:, 2]                                             # rank 3
+    Vb = rng.standard_normal((12, 4))
+    V1 = np.repeat(Vb[:, :1], 3, axis=1)                          # rank 1
+    wide = rng.standard_normal((4, 7))                            # more columns than rows
+    return [(U, Vb), (Vb, U), (U, V1), (V1, U), (U, U[:, :2]), (wide, rng.standard_normal((4, 2))),
+            (rng.standard_normal((4, 3)), wide)]
+
+
+def test_canonical_angles_rank_deficient_and_wide_match_scipy(dtype):
+    """scipy orthonormalises with ``orth`` (dropping dependent columns): same number of
+    angles, same values; sines and radians."""
+    rng = np.random.default_rng(5)
+    tol = 1e-5 if dtype == np.float32 else 1e-13
+    for X, Y in _rank_deficient_cases(rng):
+        X, Y = X.astype(dtype), Y.astype(dtype)
+        want = _scipy_ascending(X, Y, dtype)
+        got = _np(AN.canonical_angles(X, Y, radians=True))
+        assert got.shape == want.shape, (X.shape, Y.shape)
+        np.testing.assert_allclose(got, want, atol=10 * tol)
+        np.testing.assert_allclose(_np(AN.canonical_angles(X, Y)), np.sin(want), atol=tol)
+
+
+def test_canonical_angles_rank_deficient_under_jit_and_vmap_pads_with_nan():
+    rng = np.random.default_rng(6)
+    with jax.enable_x64(True):
+        for X, Y in _rank_deficient_cases(rng):
+            want = _scipy_ascending(X, Y)
+            got = _np(jax.jit(lambda a, b: AN.canonical_angles(a, b, radians=True))(X, Y))
+            assert got.shape == (min(X.shape[1], Y.shape[1], X.shape[0]),)
+            np.testing.assert_allclose(got[:want.size], want, atol=1e-13)
+            assert np.all(np.isnan(got[want.size:]))
+        U, Vb = _rank_deficient_cases(rng)[0]
+        batch = jax.vmap(lambda v: AN.canonical_angles(U, v))(np.stack([Vb, Vb * 3]))
+        np.testing.assert_allclose(_np(batch[1]), _np(batch[0]), atol=1e-14)
+        want = np.sin(_scipy_ascending(U, Vb))                  # rank 3: 3 angles, then NaN
+        np.testing.assert_allclose(_np(batch[0])[:3], want, atol=1e-13)
+        assert want.size == 3 and np.isnan(_np(batch[0])[3])
+
+
+def _bases_near_right_angle(rng, d, dtype):
+    """Orthonormal U, V (d x 4) with angles pi/2 - delta, delta from 1e-12 to 1e-3."""
+    delta = np.array([1e-12, 1e-9, 1e-6, 1e-3])
+    Q = np.linalg.qr(rng.standard_normal((d, 8)))[0]
+    theta = np.pi / 2 - delta
+    V = Q[:, :4] * np.cos(theta) + Q[:, 4:] * np.sin(theta)
+    return Q[:, :4].astype(dtype), V.astype(dtype), np.sort(theta)
+
+
+def test_canonical_angles_radians_accurate_near_right_angle_float64():
+    """arctan2(sin, cos) keeps angles near pi/2 to ~1e-15 (arcsin of the sines: ~1e-8)."""
+    rng = np.random.default_rng(7)
+    with jax.enable_x64(True):
+        U, Vb, theta = _bases_near_right_angle(rng, 30, np.float64)
+        want = _scipy_ascending(U, Vb)
+        np.testing.assert_allclose(want, theta, rtol=0, atol=1e-15)     # scipy is accurate here
+        eager = _np(AN.canonical_angles(U, Vb, radians=True))
+        jitted = _np(jax.jit(lambda a, b: AN.canonical_angles(a, b, radians=True))(U, Vb))
+        vmapped = _np(jax.vmap(lambda v: AN.canonical_angles(U, v, radians=True))(
+            np.stack([Vb, 2 * Vb])))
+        for got in (eager, jitted, vmapped[0], vmapped[1]):
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+        # the test can fail: the sines alone lose half the digits near pi/2
+        via_sines = np.arcsin(_np(AN.canonical_angles(U, Vb)))
+        assert np.max(np.abs(via_sines - want)) > 1e-9
+        # and small angles stay accurate in radians too (the sine branch)
+        small = _np(AN.canonical_angles(U, U + 1e-10 * Vb, radians=True))
+        np.testing.assert_allclose(small, _np(AN.canonical_angles(U, U + 1e-10 * Vb)),
+                                   rtol=1e-12)
+
+
+def test_canonical_angles_radians_near_right_angle_float32():
+    rng = np.random.default_rng(8)
+    U, Vb, _ = _bases_near_right_angle(rng, 30, np.float32)
+    want = _scipy_ascending(U, Vb)                  # scipy in float64 on the float32 input
+    eager = AN.canonical_angles(U, Vb, radians=True)
+    assert eager.dtype == np.float32
+    eager = _np(eager)
+    jitted = _np(jax.jit(lambda a, b: AN.canonical_angles(a, b, radians=True))(U, Vb))
+    vmapped = _np(jax.vmap(lambda v: AN.canonical_angles(U, v, radians=True))(Vb[None]))[0]
+    for got in (eager, jitted, vmapped):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    via_sines = np.arcsin(np.clip(_np(AN.canonical_angles(U, Vb)), 0, 1))   # sines can be 1+eps
+    assert np.max(np.abs(via_sines - want)) > 1e-5
+
+
+def test_canonical_angles_integer_input():
+    U = np.array([[1, 0], [0, 1], [0, 0]])
+    Vb = np.array([[1], [1], [0]])
+    with jax.enable_x64(True):
+        got = AN.canonical_angles(U, Vb, radians=True)
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(_np(got), [0.0], atol=1e-15)
+        got = AN.canonical_angles(np.eye(3, 1, dtype=int), Vb, radians=True)
+        np.testing.assert_allclose(_np(got), [np.pi / 4], rtol=1e-15)
+    assert AN.canonical_angles(U, Vb).dtype == np.float32             # x64 off
+    assert AN.canonical_angles(U.astype(np.float32), Vb).dtype == np.float32
 
 
 def test_true_angles_match_canonical_angles():
     with jax.enable_x64(True):
         A, tsvd = _stat_matrix("poly")
-        svd = R.rsvd(jax.random.key(1), A, 30, l=30, power_iters=1)
+        svd = R.rsvd(jax.random.key(1), A, 30, oversample=0, power_iters=1)
         t = AN.true_angles(tsvd, svd, 12)
         Vt, Vh = tsvd.Vt.T, svd.Vt.T
         for got, (X, Y) in ((t.Uk_Ul, (tsvd.U[:, :12], svd.U)), (t.Vk_Vl, (Vt[:, :12], Vh)),
@@ -225,17 +342,17 @@ def _sa_reference(s, k, l, q, side, eps, lower):
 def test_space_agnostic_bound_closed_form(side, dtype):
     s = M.polynomial_decay(120, r1=5)
     for q in (0, 1, 2):
-        got = AN.space_agnostic_bound(s.astype(dtype), 10, 30, q, side=side)
+        got = AN.space_agnostic_bound(s.astype(dtype), 10, 30, q, subspace=side)
         assert got.dtype == dtype and got.shape == (10,)
         np.testing.assert_allclose(_np(got), _sa_reference(s, 10, 30, q, side, 1.0, False),
                                    rtol=1e-5 if dtype == np.float32 else 1e-12)
-        lo = AN.space_agnostic_bound(s.astype(dtype), 10, 30, q, side=side, eps=0.5, lower=True)
+        lo = AN.space_agnostic_bound(s.astype(dtype), 10, 30, q, subspace=side, eps=0.5, lower=True)
         np.testing.assert_allclose(_np(lo), _sa_reference(s, 10, 30, q, side, 0.5, True),
                                    rtol=1e-5 if dtype == np.float32 else 1e-12)
         assert np.all(_np(lo) <= _np(got))
     # the right side is the left side with half a power iteration more (exponent 4q+4)
     with jax.enable_x64(True):
-        sr = AN.space_agnostic_bound(s, 10, 30, 1, side="right")
+        sr = AN.space_agnostic_bound(s, 10, 30, 1, subspace="right")
         manual = _sa_reference(s, 10, 30, 1, "left", 1.0, False)
         assert np.all(_np(sr) < manual)
 
@@ -244,8 +361,8 @@ def test_space_agnostic_bound_large_q_no_overflow():
     """q = 10 means sigma^42: the log-domain evaluation stays finite and accurate in float32."""
     s = M.exponential_decay(300, r1=20)
     with jax.enable_x64(True):
-        ref = _np(AN.space_agnostic_bound(s, 50, 80, 10, side="right"))
-    got = _np(AN.space_agnostic_bound(s.astype(np.float32), 50, 80, 10, side="right"))
+        ref = _np(AN.space_agnostic_bound(s, 50, 80, 10, subspace="right"))
+    got = _np(AN.space_agnostic_bound(s.astype(np.float32), 50, 80, 10, subspace="right"))
     assert np.all(np.isfinite(got)) and np.all(ref > 0)
     np.testing.assert_allclose(got[ref > 1e-30], ref[ref > 1e-30], rtol=1e-3)
 
@@ -269,16 +386,16 @@ def test_space_agnostic_bound_jit_vmap_no_retrace():
     @jax.jit
     @chex.assert_max_traces(n=1)
     def f(x):
-        return AN.space_agnostic_bound(x, 5, 15, 1, side="right")
+        return AN.space_agnostic_bound(x, 5, 15, 1, subspace="right")
 
     f(s)
     f(s * 2)
     AN.space_agnostic_bound(s, 5, 15, 1)
-    size = AN._sa_bound_jit._cache_size()
+    size = prior._sa_bound_jit._cache_size()
     # new values, q, side and eps are traced: no new compilation
-    AN.space_agnostic_bound(s * 5, 5, 15, 1, side="left")
-    AN.space_agnostic_bound(s * 7, 5, 15, 3, side="right", eps=0.5)
-    assert AN._sa_bound_jit._cache_size() == size
+    AN.space_agnostic_bound(s * 5, 5, 15, 1, subspace="left")
+    AN.space_agnostic_bound(s * 7, 5, 15, 3, subspace="right", eps=0.5)
+    assert prior._sa_bound_jit._cache_size() == size
 
 
 # configurations where the thesis' "l >= 1.6k is usually sufficient" holds at this scale
@@ -291,7 +408,7 @@ def test_space_agnostic_upper_bound_holds_in_95_percent(l, q):
             A, tsvd = _stat_matrix(kind)
             left, right = _true_sines(A, tsvd, k, l, q, 200)
             for side, tr in (("left", left), ("right", right)):
-                b = _np(AN.space_agnostic_bound(tsvd.s, k, l, q, side=side))
+                b = _np(AN.space_agnostic_bound(tsvd.s, k, l, q, subspace=side))
                 frac = np.mean(np.all(tr <= b, axis=1))
                 assert frac >= 0.95, (kind, l, q, side, frac)
                 assert np.all(b < 1)  # informative, not the trivial sin <= 1
@@ -307,7 +424,7 @@ def test_space_agnostic_upper_bound_at_16k_without_power_iterations():
         for kind in ("poly", "exp"):
             A, tsvd = _stat_matrix(kind)
             left, _ = _true_sines(A, tsvd, k, l, 0, 200)
-            b = _np(AN.space_agnostic_bound(tsvd.s, k, l, 0, side="left"))
+            b = _np(AN.space_agnostic_bound(tsvd.s, k, l, 0, subspace="left"))
             assert np.mean(np.all(left <= b, axis=1)) < 0.95
             assert np.all(left[:, :k // 2] <= b[:k // 2])
             assert np.max(left / b) < 1.15
@@ -348,8 +465,8 @@ def test_space_agnostic_bound_bad_input(case):
         args["q"] = 1.0
         err, msg = TypeError, "power_iters must be a Python int"
     elif case == "side":
-        kw["side"] = "up"
-        msg = "side must be"
+        kw["subspace"] = "up"
+        msg = "subspace must be"
     else:
         kw["eps"] = -1.0
         msg = "eps must be"
@@ -378,7 +495,7 @@ def test_estimator_matches_literal_numpy_algorithm(method):
     with jax.enable_x64(True):
         key = jax.random.key(3)
         for side, p in (("left", 3), ("right", 4)):          # q = 1: 2q+1, 2q+2
-            est = AN.unbiased_estimate(key, s, k, l, 1, side=side, num_trials=N, method=method)
+            est = AN.unbiased_estimate(key, s, k, l, 1, subspace=side, num_trials=N, method=method)
             keys = jax.random.split(key, N)
             for j in range(N):
                 G = make_sketch(keys[j], "gaussian", l, 90, dtype=jnp.float32).todense()
@@ -413,8 +530,8 @@ def test_estimator_auto_falls_back_to_qr_when_ill_conditioned():
 def test_estimator_dtype_and_right_side_smaller(dtype):
     s = M.polynomial_decay(100, r1=5).astype(dtype)
     key = jax.random.key(1)
-    left = AN.unbiased_estimate(key, s, 10, 25, 0, side="left", num_trials=64)
-    right = AN.unbiased_estimate(key, s, 10, 25, 0, side="right", num_trials=64)
+    left = AN.unbiased_estimate(key, s, 10, 25, 0, subspace="left", num_trials=64)
+    right = AN.unbiased_estimate(key, s, 10, 25, 0, subspace="right", num_trials=64)
     assert left.mean.dtype == dtype and left.trials.shape == (64, 10)
     L, Rr = _np(left.trials), _np(right.trials)
     assert np.all((L > 0) & (L <= 1)) and np.all(np.diff(L, axis=1) >= 0)
@@ -440,14 +557,14 @@ def test_estimator_converges_to_mean_true_sines(q):
     with jax.enable_x64(True):
         s, left, right = _estimator_vs_truth_setup(q)
         for side, tr in (("left", left), ("right", right)):
-            est = AN.unbiased_estimate(jax.random.key(9 + q), s, k, l, q, side=side,
+            est = AN.unbiased_estimate(jax.random.key(9 + q), s, k, l, q, subspace=side,
                                        num_trials=500)
             m = tr.mean(0)
             keep = m > 1e-6
             rel = np.abs(_np(est.mean)[keep] / m[keep] - 1)
             assert keep.sum() == k and rel.max() < 0.05, (side, rel.max())
         # the test can fail: with the left exponent the right-side sines are badly missed
-        wrong = AN.unbiased_estimate(jax.random.key(9), s, k, l, q, side="left",
+        wrong = AN.unbiased_estimate(jax.random.key(9), s, k, l, q, subspace="left",
                                      num_trials=500)
         assert np.max(np.abs(_np(wrong.mean) / right.mean(0) - 1)) > 0.5
 
@@ -463,14 +580,14 @@ def test_estimator_n3_band_contains_truth_at_the_exchangeable_rate():
         s, left, right = _estimator_vs_truth_setup(q)
         keys = jax.random.split(jax.random.key(21), 500)
         for side, tr in (("left", left), ("right", right)):
-            est = jax.vmap(lambda kk: AN.unbiased_estimate(kk, s, k, l, q, side=side,
+            est = jax.vmap(lambda kk: AN.unbiased_estimate(kk, s, k, l, q, subspace=side,
                                                            num_trials=3))(keys)
             lo, hi = _np(est.min), _np(est.max)
             inside = np.mean((lo <= tr) & (tr <= hi))
             assert abs(inside - 0.5) < 0.05, (side, inside)
             assert np.mean((lo / 1.25 <= tr) & (tr <= hi * 1.25)) >= 0.85
         # a mismatched model is far from exchangeable
-        est = jax.vmap(lambda kk: AN.unbiased_estimate(kk, s, k, l, q, side="left",
+        est = jax.vmap(lambda kk: AN.unbiased_estimate(kk, s, k, l, q, subspace="left",
                                                        num_trials=3))(keys)
         assert np.mean((_np(est.min) <= right) & (right <= _np(est.max))) < 0.25
 
@@ -491,11 +608,11 @@ def test_estimator_jit_vmap_no_retrace_and_other_sketches():
 
     f(keys[0], s)
     f(keys[1], s * 2)
-    size = AN._estimate_jit._cache_size()
+    size = estimator._estimate_jit._cache_size()
     # new keys, values, q and side are traced: no new compilation
     AN.unbiased_estimate(keys[2], s * 3, 6, 12, 1)
-    AN.unbiased_estimate(keys[3], s * 4, 6, 12, 2, side="right")
-    assert AN._estimate_jit._cache_size() == size
+    AN.unbiased_estimate(keys[3], s * 4, 6, 12, 2, subspace="right")
+    assert estimator._estimate_jit._cache_size() == size
     # non-Gaussian sketch families (a model with V = I): valid sines, close to Gaussian's
     g = _np(AN.unbiased_estimate(keys[0], s, 6, 12, 1, num_trials=100).mean)
     for sketch in (SparseSign(zeta=4),):
@@ -508,7 +625,7 @@ def test_estimator_jit_vmap_no_retrace_and_other_sketches():
                                   "method", "key"])
 def test_estimator_bad_input(case):
     s = M.polynomial_decay(40)
-    kw = dict(side="left", num_trials=3)
+    kw = dict(subspace="left", num_trials=3)
     args = [jax.random.key(0), s, 5, 10, 0]
     err, msg = ValueError, None
     if case == "increasing":
@@ -533,8 +650,8 @@ def test_estimator_bad_input(case):
         kw["num_trials"] = 3.0
         err, msg = TypeError, "num_trials must be a Python int"
     elif case == "side":
-        kw["side"] = "both"
-        msg = "side must be"
+        kw["subspace"] = "both"
+        msg = "subspace must be"
     elif case == "sketch":
         kw["sketch"] = "uniform"
         msg = "sketch must be one of"
@@ -559,10 +676,10 @@ POST_SPECTRA = {
 
 
 def _posterior_one(A, tsvd, key, k, l, q):
-    svd = R.rsvd(key, A, l, l=l, power_iters=q)
+    svd = R.rsvd(key, A, l, oversample=0, power_iters=q)
     res = AN.posterior_residuals(A, svd, k, residual="exact")
-    return (AN.true_angles(tsvd, svd, k), AN.residual_bound(res, tsvd.s, side="left"),
-            AN.residual_bound(res, tsvd.s, side="right"), AN.gap_bounds(res, tsvd.s))
+    return (AN.true_angles(tsvd, svd, k), AN.residual_bound(res, tsvd.s, subspace="left"),
+            AN.residual_bound(res, tsvd.s, subspace="right"), AN.gap_bounds(res, tsvd.s))
 
 
 def _posterior(A, tsvd, k, l, q, n_keys=10):
@@ -615,8 +732,8 @@ def test_posterior_functions_jit_vmap():
         keys = jax.random.split(jax.random.key(3), 3)
 
         def f(kk):
-            res = AN.posterior_residuals(A, R.rsvd(kk, A, l, l=l, power_iters=1), k)
-            return AN.residual_bound(res, s, side="right").bound, AN.gap_bounds(res, s)
+            res = AN.posterior_residuals(A, R.rsvd(kk, A, l, oversample=0, power_iters=1), k)
+            return AN.residual_bound(res, s, subspace="right").bound, AN.gap_bounds(res, s)
 
         b, g = jax.jit(jax.vmap(f))(keys)
         for i in range(3):
@@ -624,10 +741,10 @@ def test_posterior_functions_jit_vmap():
             np.testing.assert_allclose(_np(b[i]), _np(bi), rtol=1e-9)
             np.testing.assert_allclose(_np(g.Vk_Vk.anglewise[i]), _np(gi.Vk_Vk.anglewise),
                                        rtol=1e-9)
-        size = AN._residuals_jit._cache_size()
+        size = posterior._residuals_jit._cache_size()
         f(keys[0])
         f(keys[1])
-        assert AN._residuals_jit._cache_size() == size
+        assert posterior._residuals_jit._cache_size() == size
 
 
 def test_posterior_bounds_are_tight_on_step_spectrum_and_flag_invalid_gaps():
@@ -640,7 +757,7 @@ def test_posterior_bounds_are_tight_on_step_spectrum_and_flag_invalid_gaps():
         assert np.max(t.Uk_Ul / g.Uk_Ul.anglewise) > 0.9   # Thm 3.4 is nearly attained
         # a flat spectrum with l barely above k: sigma_k <= ||E33|| -> invalid, NaN, flagged
         Af = M.with_spectrum(jax.random.key(1), n, n, M.polynomial_decay(n, r1=1, power=0.05))
-        res = AN.posterior_residuals(Af, R.rsvd(jax.random.key(2), Af, 11, l=11), k)
+        res = AN.posterior_residuals(Af, R.rsvd(jax.random.key(2), Af, 11, oversample=0), k)
         gb = AN.gap_bounds(res, AN.exact_svd(Af).s)
         assert not bool(gb.valid_Gamma) and not bool(gb.valid)
         assert all(np.all(np.isnan(_np(x))) for x in gb.Uk_Ul + gb.Vk_Vl + gb.Uk_Uk + gb.Vk_Vk)
@@ -665,7 +782,7 @@ def test_posterior_residuals_exact_against_numpy():
     with jax.enable_x64(True):
         rng = np.random.default_rng(0)
         A = rng.standard_normal((50, 40)) * np.geomspace(1, 1e-2, 40)
-        svd = R.rsvd(jax.random.key(0), A, 15, l=15, power_iters=1)
+        svd = R.rsvd(jax.random.key(0), A, 15, oversample=0, power_iters=1)
         U, sh, Vt = map(_np, svd)
         res = AN.posterior_residuals(A, svd, 6)
         EU = A - U @ (U.T @ A)
@@ -682,7 +799,7 @@ def test_posterior_residuals_exact_against_numpy():
         assert bool(res.exact)
         # Thm 3.3 from these numbers, closed form
         s = np.linalg.svd(A, compute_uv=False)
-        b = AN.residual_bound(res, s, side="left")
+        b = AN.residual_bound(res, s, subspace="left")
         want = np.minimum(sv(EU)[:6][::-1] / s[5], sv(EU)[0] / s[:6])
         np.testing.assert_allclose(_np(b.bound), want, rtol=1e-10)
         # Thm 3.4 gaps, closed form
@@ -698,7 +815,7 @@ def test_posterior_estimate_mode_never_densifies_and_is_close(monkeypatch):
     with jax.enable_x64(True):
         s = M.polynomial_decay(150, r1=5)
         F = M.with_spectrum(jax.random.key(0), 200, 150, s, factored=True)
-        svd = R.rsvd(jax.random.key(1), F, 30, l=30, power_iters=1)
+        svd = R.rsvd(jax.random.key(1), F, 30, oversample=0, power_iters=1)
         with monkeypatch.context() as mp:
             def no_densify(self):
                 raise AssertionError("estimate mode densified the operator")
@@ -714,7 +831,7 @@ def test_posterior_estimate_mode_never_densifies_and_is_close(monkeypatch):
         for name in ("E3_2", "E3_F", "E32_2"):
             np.testing.assert_allclose(float(getattr(est, name)), float(getattr(ex, name)),
                                        rtol=1e-10)
-        b = AN.residual_bound(est, s, side="right")
+        b = AN.residual_bound(est, s, subspace="right")
         assert np.all(np.isnan(_np(b.term1)))
         np.testing.assert_array_equal(_np(b.bound), _np(b.term2))
         with pytest.raises(ValueError, match="key is required"):
@@ -726,7 +843,7 @@ def test_posterior_estimate_mode_never_densifies_and_is_close(monkeypatch):
 def test_posterior_bad_input(case):
     rng = np.random.default_rng(0)
     A = rng.standard_normal((30, 20))
-    svd = R.rsvd(jax.random.key(0), A, 8, l=8)
+    svd = R.rsvd(jax.random.key(0), A, 8, oversample=0)
     s = np.linalg.svd(A, compute_uv=False)
     if case == "svd_shape":
         with pytest.raises(ValueError, match="do not match A"):
@@ -758,7 +875,7 @@ def test_rsvd_omega_is_the_rsvd_test_matrix():
         A, tsvd = _stat_matrix("poly")
         key = jax.random.key(4)
         Om = AN.rsvd_omega(key, A, 25)
-        svd = R.rsvd(key, A, 25, l=25)
+        svd = R.rsvd(key, A, 25, oversample=0)
         sines = _np(AN.canonical_angles(A @ Om, svd.U))
         assert sines.max() < 1e-10
 
@@ -771,14 +888,14 @@ def test_saibaba_bound_closed_form_and_holds(dtype):
     for q in (0, 1):
         key = jax.random.key(10 + q)
         Om = AN.rsvd_omega(key, A, l)
-        svd = R.rsvd(key, A, l, l=l, power_iters=q)
+        svd = R.rsvd(key, A, l, oversample=0, power_iters=q)
         t = AN.true_angles(tsvd, svd, k)
         X = _np(Vr).T @ _np(Om)
         rho = np.linalg.norm(X[k:] @ np.linalg.pinv(X[:k]), 2)
         for side, true in (("left", t.Uk_Ul), ("right", t.Vk_Vl)):
             p = 4 * q + (2 if side == "left" else 4)
             want = (1 + _np(s)[:k] ** p / (_np(s)[k] ** p * rho ** 2)) ** -0.5  # sigma_{k+1}
-            got = _np(AN.saibaba_bound(s, k, q, Vr, Om, side=side))
+            got = _np(AN.saibaba_bound(s, k, q, Vr, Om, subspace=side))
             np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-9)
             assert np.all(got >= _np(true) - (1e-5 if dtype == np.float32 else 1e-12))
     with pytest.raises(ValueError, match="r = len\\(s\\)"):
@@ -839,12 +956,12 @@ def test_planner_matches_empirical_best_configuration(alpha, beta, gamma):
 
 def test_planner_general_spectrum_and_bad_input():
     s = M.polynomial_decay(300, r1=5)
-    plan = AN.plan_budget(10, 200, spectrum=s, side="right", reduce="max")
+    plan = AN.plan_budget(10, 200, spectrum=s, subspace="right", reduce="max")
     assert plan.bounds.shape == (plan.power_iters_grid.size, 10)
     np.testing.assert_allclose(plan.phi, plan.bounds.max(1))
     i = list(plan.power_iters_grid).index(1)
     np.testing.assert_allclose(plan.bounds[i], _np(AN.space_agnostic_bound(
-        s.astype(np.float32), 10, int(plan.l_grid[i]), 1, side="right")), rtol=1e-4)
+        s.astype(np.float32), 10, int(plan.l_grid[i]), 1, subspace="right")), rtol=1e-4)
     with pytest.raises(ValueError, match="exactly one of spectrum"):
         AN.plan_budget(10, 200)
     with pytest.raises(ValueError, match="exactly one of spectrum"):
@@ -857,7 +974,7 @@ def test_planner_general_spectrum_and_bad_input():
         AN.plan_budget(10, 200, gap=0.5, r=100)
     with pytest.raises(ValueError, match="non-increasing"):
         AN.plan_budget(10, 200, spectrum=s[::-1].copy())
-    with pytest.raises(ValueError, match="num_matvecs must be >= 1"):
+    with pytest.raises(ValueError, match="matvec_budget must be >= 1"):
         AN.plan_budget(10, 0, gap=1.5, r=100)
 
 
@@ -875,7 +992,7 @@ def test_angle_report_consistent_with_the_parts():
         np.testing.assert_allclose(_np(rep.approx_spectrum),
                                    _np(AN.padded_spectrum(rep.svd.s, n)))
         k_svd = jax.random.split(jax.random.key(1), 4)[0]
-        svd = R.rsvd(k_svd, A, l, l=l, power_iters=q)
+        svd = R.rsvd(k_svd, A, l, oversample=0, power_iters=q)
         np.testing.assert_allclose(_np(rep.svd.s), _np(svd.s), rtol=1e-12)
         t = AN.true_angles(tsvd, svd, k)
         np.testing.assert_allclose(_np(rep.true.Vk_Vl), _np(t.Vk_Vl), atol=1e-13)
@@ -883,7 +1000,7 @@ def test_angle_report_consistent_with_the_parts():
             for side in ("left", "right"):
                 b = getattr(sb, side)
                 np.testing.assert_allclose(
-                    _np(b.prior_upper), _np(AN.space_agnostic_bound(spec, k, l, q, side=side)))
+                    _np(b.prior_upper), _np(AN.space_agnostic_bound(spec, k, l, q, subspace=side)))
                 assert b.estimate.trials.shape == (3, k)
                 assert b.saibaba.shape == b.gap.shape == b.residual.bound.shape == (k,)
         # with the true spectrum the deterministic bounds hold
@@ -900,7 +1017,7 @@ def test_angle_report_consistent_with_the_parts():
             b = getattr(cal.sigma, side)
             for lower, got in ((False, b.prior_upper), (True, b.prior_lower)):
                 np.testing.assert_allclose(_np(got), _np(AN.space_agnostic_bound(
-                    rep.spectrum, k, l, q, side=side, lower=lower, constants="calibrated")))
+                    rep.spectrum, k, l, q, subspace=side, lower=lower, constants="calibrated")))
         with pytest.raises(ValueError, match="leave them at 1.0 and 2.0"):
             AN.angle_report(jax.random.key(1), A, k, l, q, eps=2.0, constants="calibrated")
         with pytest.raises(ValueError, match="constants must be"):
@@ -935,14 +1052,14 @@ def test_estimator_scale_invariant_and_subnormal_float32():
     s = M.polynomial_decay(80, r1=5).astype(np.float32)
     key = jax.random.key(2)
     for side, q in (("left", 1), ("right", 3)):
-        ref = _np(AN.unbiased_estimate(key, s, 6, 12, q, side=side).trials)
+        ref = _np(AN.unbiased_estimate(key, s, 6, 12, q, subspace=side).trials)
         for c in SCALES32:
-            got = AN.unbiased_estimate(key, s * np.float32(c), 6, 12, q, side=side)
+            got = AN.unbiased_estimate(key, s * np.float32(c), 6, 12, q, subspace=side)
             assert bool(got.valid)
             np.testing.assert_allclose(_np(got.trials), ref, rtol=1e-4, err_msg=str(c))
         sub = s * np.float32(1e-41)
         assert np.all(sub < np.finfo(np.float32).tiny) and np.all(sub > 0)
-        got = _np(AN.unbiased_estimate(key, sub, 6, 12, q, side=side).trials)
+        got = _np(AN.unbiased_estimate(key, sub, 6, 12, q, subspace=side).trials)
         np.testing.assert_allclose(got, ref, rtol=2e-2)
 
 
@@ -971,7 +1088,7 @@ def test_estimator_unrepresentable_powers_raise_or_flag():
                                          r"sigma_\(k\+1\)/sigma_\(k\+l\)"):
         AN.unbiased_estimate(key, s, 10, 20, 3)
     with pytest.raises(ValueError, match="cannot represent"):
-        AN.unbiased_estimate(key, s, 10, 20, 3, side="right", num_trials=2)
+        AN.unbiased_estimate(key, s, 10, 20, 3, subspace="right", num_trials=2)
     # inside jit the spectrum is traced: NaN, flagged
     est = jax.jit(lambda x: AN.unbiased_estimate(key, x, 10, 20, 3))(s)
     assert not bool(est.valid) and np.all(np.isnan(_np(est.trials)))
@@ -997,14 +1114,14 @@ def test_prior_and_saibaba_bounds_scale_invariant_and_subnormal_float32():
     Om = np.asarray(AN.rsvd_omega(jax.random.key(1), A, 16))  # subnormals, XLA flushes them)
     s32 = s.astype(np.float32)
     for side in ("left", "right"):
-        ref = _np(AN.space_agnostic_bound(s32, 10, 30, 2, side=side))
-        ref_sb = _np(AN.saibaba_bound(sv, 10, 2, Vr, Om, side=side))
+        ref = _np(AN.space_agnostic_bound(s32, 10, 30, 2, subspace=side))
+        ref_sb = _np(AN.saibaba_bound(sv, 10, 2, Vr, Om, subspace=side))
         for c in SCALES32 + (1e-41,):
             tol = 2e-2 if c == 1e-41 else 1e-4
-            got = _np(AN.space_agnostic_bound(s32 * np.float32(c), 10, 30, 2, side=side))
+            got = _np(AN.space_agnostic_bound(s32 * np.float32(c), 10, 30, 2, subspace=side))
             np.testing.assert_allclose(got, ref, rtol=tol, err_msg=str(c))
             sb = _np(AN.saibaba_bound(sv * np.float32(c), 10, 2, Vr * np.float32(c),
-                                      Om * np.float32(c), side=side))
+                                      Om * np.float32(c), subspace=side))
             np.testing.assert_allclose(sb, ref_sb, rtol=tol, err_msg=str(c))
 
 
@@ -1024,8 +1141,8 @@ def test_posterior_bounds_scale_invariant_float32():
     n, k, l = 60, 8, 14
     A = M.with_spectrum(jax.random.key(0), n, n, M.polynomial_decay(n, r1=3), dtype=np.float32)
     s = AN.exact_svd(A).s
-    res = AN.posterior_residuals(A, R.rsvd(jax.random.key(1), A, l, l=l, power_iters=1), k)
-    ref_g, ref_r = AN.gap_bounds(res, s), AN.residual_bound(res, s, side="left")
+    res = AN.posterior_residuals(A, R.rsvd(jax.random.key(1), A, l, oversample=0, power_iters=1), k)
+    ref_g, ref_r = AN.gap_bounds(res, s), AN.residual_bound(res, s, subspace="left")
     assert bool(ref_g.valid)
     for c in SCALES32:
         f = np.float32(c)
@@ -1035,11 +1152,12 @@ def test_posterior_bounds_scale_invariant_float32():
         for a, b in zip(jax.tree.leaves(g.Uk_Ul + g.Vk_Vl + g.Uk_Uk + g.Vk_Vk),
                         jax.tree.leaves(ref_g.Uk_Ul + ref_g.Vk_Vl + ref_g.Uk_Uk + ref_g.Vk_Vk)):
             np.testing.assert_allclose(_np(a), _np(b), rtol=1e-5, err_msg=str(c))
-        np.testing.assert_allclose(_np(AN.residual_bound(res_c, s * f, side="left").bound),
+        np.testing.assert_allclose(_np(AN.residual_bound(res_c, s * f, subspace="left").bound),
                                    _np(ref_r.bound), rtol=1e-5)
     # the residual norms themselves at scale 1e20 (||F||_F no longer squares the scale)
     Ac = A * np.float32(1e20)
-    res20 = AN.posterior_residuals(Ac, R.rsvd(jax.random.key(1), Ac, l, l=l, power_iters=1), k)
+    svd20 = R.rsvd(jax.random.key(1), Ac, l, oversample=0, power_iters=1)
+    res20 = AN.posterior_residuals(Ac, svd20, k)
     for name in ("E3_2", "E3_F", "E32_2", "E33_2", "left_norm"):
         assert float(getattr(res20, name)) == pytest.approx(float(getattr(res, name)) * 1e20,
                                                             rel=1e-3), name
@@ -1060,5 +1178,122 @@ def test_planner_compares_in_the_log_domain():
     assert AN.phi_gamma(6, k, N, gap=1e30, r=r, gamma=gamma) == 0.0
     # agrees with the closed form where phi is representable
     e1, e2 = gamma * math.sqrt(k / plan.l_grid[1]), gamma * math.sqrt(plan.l_grid[1] / (r - k))
-    want = -0.5 * math.log((1 - e1) / (1 + e2) * plan.l_grid[1] / (r - k)) - 0.5 * 6 * math.log(1e30)
+    want = (-0.5 * math.log((1 - e1) / (1 + e2) * plan.l_grid[1] / (r - k))
+            - 0.5 * 6 * math.log(1e30))
     assert plan.log_phi[1] == pytest.approx(want, rel=1e-9)
+
+
+# ======================================================================================
+# 0.2 vocabulary: subspace=, power_iters=, matvec_budget=; the old names warn
+# ======================================================================================
+def _deprecated_calls(s, key, A_small):
+    """(function name, old-keyword call, new-keyword call) for every renamed keyword."""
+    res = AN.posterior_residuals(A_small, R.rsvd(key, A_small, 8, oversample=0), 4)
+    Vr = np.eye(40, dtype=np.float32)
+    Om = np.asarray(AN.rsvd_omega(key, Vr, 8))
+    sA = np.ones(40)[::-1].cumsum()[::-1] / 40                       # 1, 39/40, ... positive
+    return [
+        ("space_agnostic_bound", "side", lambda: AN.space_agnostic_bound(s, 5, 10, 1, side="right"),
+         lambda: AN.space_agnostic_bound(s, 5, 10, 1, subspace="right")),
+        ("space_agnostic_bound", "q", lambda: AN.space_agnostic_bound(s, 5, 10, q=2),
+         lambda: AN.space_agnostic_bound(s, 5, 10, power_iters=2)),
+        ("space_agnostic_distortions", "side",
+         lambda: AN.space_agnostic_distortions(s, 5, 10, 1, side="right"),
+         lambda: AN.space_agnostic_distortions(s, 5, 10, 1, subspace="right")),
+        ("unbiased_estimate", "side",
+         lambda: AN.unbiased_estimate(key, s, 5, 10, 1, side="right").trials,
+         lambda: AN.unbiased_estimate(key, s, 5, 10, 1, subspace="right").trials),
+        ("unbiased_estimate", "power",
+         lambda: AN.unbiased_estimate(key, s, 5, 10, power=1).trials,
+         lambda: AN.unbiased_estimate(key, s, 5, 10, power_iters=1).trials),
+        ("residual_bound", "side", lambda: AN.residual_bound(res, s, side="right"),
+         lambda: AN.residual_bound(res, s, subspace="right")),
+        ("saibaba_bound", "side", lambda: AN.saibaba_bound(sA, 5, 0, Vr, Om, side="right"),
+         lambda: AN.saibaba_bound(sA, 5, 0, Vr, Om, subspace="right")),
+        ("phi_gamma", "num_matvecs", lambda: AN.phi_gamma(1, 10, num_matvecs=160, gap=1.5, r=330),
+         lambda: AN.phi_gamma(1, 10, matvec_budget=160, gap=1.5, r=330)),
+        ("phi_gamma", "side", lambda: AN.phi_gamma(1, 10, 160, gap=1.5, r=330, side="right"),
+         lambda: AN.phi_gamma(1, 10, 160, gap=1.5, r=330, subspace="right")),
+        ("plan_budget", "num_matvecs", lambda: AN.plan_budget(10, num_matvecs=160, gap=1.5, r=330),
+         lambda: AN.plan_budget(10, matvec_budget=160, gap=1.5, r=330)),
+    ]
+
+
+def test_old_keywords_warn_and_give_the_same_numbers():
+    s = M.polynomial_decay(50, r1=5)
+    key = jax.random.key(0)
+    A_small = np.asarray(M.with_spectrum(key, 30, 20, M.polynomial_decay(20)))
+    for name, old, call_old, call_new in _deprecated_calls(s, key, A_small):
+        new = {"side": "subspace", "q": "power_iters", "power": "power_iters",
+               "num_matvecs": "matvec_budget"}[old]
+        with pytest.warns(DeprecationWarning, match=rf"{name}\({old}=\.\.\.\) is deprecated.*"
+                                                    rf"use {name}\({new}=\.\.\.\)") as rec:
+            got = call_old()
+        assert rec[0].filename == __file__            # the warning points at the caller
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(call_new())):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+    with pytest.warns(DeprecationWarning, match="angles.SideBounds is deprecated.*SubspaceBounds"):
+        assert AN.SideBounds is AN.SubspaceBounds
+    with pytest.raises(AttributeError, match="no attribute 'NoSuch'"):
+        AN.NoSuch  # noqa: B018
+
+
+def test_new_keywords_raise_no_deprecation_warning():
+    import warnings
+    s = M.polynomial_decay(50, r1=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        AN.space_agnostic_bound(s, 5, 10, power_iters=1, subspace="right")
+        AN.plan_budget(10, matvec_budget=160, gap=1.5, r=330, subspace="right")
+        AN.canonical_angles(np.eye(3)[:, :2], np.eye(3)[:, 1:], radians=True)
+
+
+_NEGATIVE_POWER_ITERS = {
+    "space_agnostic_bound": lambda s, **kw: AN.space_agnostic_bound(s, 5, 10, **kw),
+    "space_agnostic_distortions": lambda s, **kw: AN.space_agnostic_distortions(s, 5, 10, **kw),
+    "unbiased_estimate": lambda s, **kw: AN.unbiased_estimate(jax.random.key(0), s, 5, 10, **kw),
+    "saibaba_bound": lambda s, **kw: AN.saibaba_bound(s, 5, V_=np.eye(50), Omega=np.eye(50)[:, :8],
+                                                      **kw),
+    "phi_gamma": lambda s, **kw: AN.phi_gamma(k=5, matvec_budget=100, spectrum=s, **kw),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_NEGATIVE_POWER_ITERS))
+def test_negative_power_iters_names_the_argument_passed(name):
+    s = M.polynomial_decay(50, r1=5)
+    f = _NEGATIVE_POWER_ITERS[name]
+    with pytest.raises(ValueError, match=r"^power_iters must be >= 0; got -1$"):
+        f(s, power_iters=-1)
+    for old in ("q", "power"):
+        with pytest.warns(DeprecationWarning, match=f"use {name}\\(power_iters=...\\)"):
+            with pytest.raises(ValueError, match=rf"^{old} must be >= 0; got -1$"):
+                f(s, **{old: -1})
+    with pytest.warns(DeprecationWarning):
+        with pytest.raises(TypeError, match=r"^q must be a Python int"):
+            f(s, q=1.5)
+    with pytest.raises(TypeError, match="got both 'q' \\(deprecated\\) and 'power_iters'"):
+        f(s, q=1, power_iters=1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'iters'"):
+        f(s, iters=1)
+
+
+def test_angle_report_negative_power_iters():
+    A = M.with_spectrum(jax.random.key(0), 40, 40, M.polynomial_decay(40))
+    with pytest.raises(ValueError, match=r"^power_iters must be >= 0; got -1$"):
+        AN.angle_report(jax.random.key(1), A, 5, 10, -1)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=r"^q must be >= 0"):
+        AN.angle_report(jax.random.key(1), A, 5, 10, q=-1)
+
+
+def test_bad_subspace_and_budget_name_the_argument_passed():
+    s = M.polynomial_decay(50, r1=5)
+    with pytest.raises(ValueError, match=r"^subspace must be 'left' \(U\) or 'right' \(V\); "
+                                         r"got 'column'"):
+        AN.space_agnostic_bound(s, 5, 10, 0, subspace="column")
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=r"^side must be"):
+        AN.unbiased_estimate(jax.random.key(0), s, 5, 10, 0, side="row")
+    with pytest.raises(ValueError, match=r"^matvec_budget must be >= 1; got 0"):
+        AN.plan_budget(10, 0, gap=1.5, r=100)
+    with pytest.warns(DeprecationWarning), \
+            pytest.raises(ValueError, match=r"^num_matvecs must be >= 1; got 0"):
+        AN.plan_budget(10, num_matvecs=0, gap=1.5, r=100)

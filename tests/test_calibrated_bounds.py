@@ -7,7 +7,7 @@ tail's effective rank eta). Checked here against true sines of randomized SVDs (
 ``vmap``) of matrices with the thesis' spectra as written (Sec. ``subsec:target_matrix``:
 20 ones, then ``1/sqrt(i - 19)`` or ``max(0.99^(i - 20), 1e-3)``) and with the spectra of
 the authors' code (``1/(i - 19)``, ``max(0.98^(i - 20), 1e-5)``), at n = 200, k = 20,
-l in {1.2k, 1.6k, 2k}, q in {0, 1}, both sides; against an independent numpy transcription
+l in {1.2k, 1.6k, 2k}, q in {0, 1}, both subspaces; against an independent numpy transcription
 of the formulas; and the thesis constants (the default) against their closed form.
 """
 
@@ -21,6 +21,8 @@ import pytest
 
 from rdr_jax import angles as AN
 from rdr_jax import matrices as M
+from rdr_jax.angles import prior
+from rdr_jax.angles._common import log_wishart_quantile
 from tests.test_angles import _true_sines_batch
 
 N, K, R1, TRIALS = 200, 20, 20, 500
@@ -105,7 +107,7 @@ def test_calibrated_upper_bound_holds_99_percent(name, x64):
     rates = {}
     for (l, q), (left, right) in trials.items():
         for side, tr in (("left", left), ("right", right)):
-            b = _np(AN.space_agnostic_bound(s, K, l, q, side=side, constants="calibrated"))
+            b = _np(AN.space_agnostic_bound(s, K, l, q, subspace=side, constants="calibrated"))
             assert np.all(np.isfinite(b)), (name, l, q, side)   # never vacuous for l > k
             assert np.all(np.diff(b) >= 0) and np.all(b <= 1)
             rates[l, q, side] = _held(tr, b)
@@ -120,8 +122,8 @@ def test_thesis_constants_fail_where_calibrated_hold(name, x64):
     1%; at the thesis' own n = 500, k = 50, l = 80: 51% / 0.6%), the calibrated one in all."""
     s, trials = _trials(name)
     left, _ = trials[32, 0]
-    thesis = _np(AN.space_agnostic_bound(s, K, 32, 0, side="left"))
-    calib = _np(AN.space_agnostic_bound(s, K, 32, 0, side="left", constants="calibrated"))
+    thesis = _np(AN.space_agnostic_bound(s, K, 32, 0, subspace="left"))
+    calib = _np(AN.space_agnostic_bound(s, K, 32, 0, subspace="left", constants="calibrated"))
     assert _held(left, thesis) < 0.2
     assert _held(left, calib) >= 0.99
     assert np.all(calib >= thesis)
@@ -135,9 +137,9 @@ def test_calibrated_lower_bound_holds_where_finite(name, x64):
     n_finite = 0
     for (l, q), (left, right) in trials.items():
         for side, tr in (("left", left), ("right", right)):
-            lo = _np(AN.space_agnostic_bound(s, K, l, q, side=side, lower=True,
+            lo = _np(AN.space_agnostic_bound(s, K, l, q, subspace=side, lower=True,
                                              constants="calibrated"))
-            eta = AN.space_agnostic_distortions(s, K, l, q, side=side, lower=True,
+            eta = AN.space_agnostic_distortions(s, K, l, q, subspace=side, lower=True,
                                                 constants="calibrated").eta
             if l >= eta:
                 assert np.all(np.isnan(lo))
@@ -159,7 +161,7 @@ def test_calibrated_finite_for_oversampling(x64):
             for l in ls:
                 for q in (0, 1, 2):
                     for side in ("left", "right"):
-                        b = _np(AN.space_agnostic_bound(s, k, l, q, side=side,
+                        b = _np(AN.space_agnostic_bound(s, k, l, q, subspace=side,
                                                         constants="calibrated"))
                         assert np.all(np.isfinite(b)) and np.all((b > 0) & (b <= 1))
     s = M.polynomial_decay(60, r1=3)
@@ -176,15 +178,15 @@ def test_calibrated_closed_form(side, dtype):
     for q in (0, 1, 2):
         p = 4 * q + (2 if side == "left" else 4)
         tol = 1e-4 if dtype == np.float32 else 1e-12   # float32: p = 12 amplifies log rounding
-        got = AN.space_agnostic_bound(s.astype(dtype), k, l, q, side=side,
+        got = AN.space_agnostic_bound(s.astype(dtype), k, l, q, subspace=side,
                                       constants="calibrated")
         assert got.dtype == dtype and got.shape == (k,)
         np.testing.assert_allclose(_np(got), _calibrated_reference(s, k, l, p), rtol=tol)
         # scale invariant (only ratios of singular values enter)
-        got2 = AN.space_agnostic_bound((s * 1e3).astype(dtype), k, l, q, side=side,
+        got2 = AN.space_agnostic_bound((s * 1e3).astype(dtype), k, l, q, subspace=side,
                                        constants="calibrated")
         np.testing.assert_allclose(_np(got2), _np(got), rtol=tol)
-        lo = _np(AN.space_agnostic_bound(s.astype(dtype), k, l, q, side=side, lower=True,
+        lo = _np(AN.space_agnostic_bound(s.astype(dtype), k, l, q, subspace=side, lower=True,
                                          constants="calibrated"))
         ref = _calibrated_reference(s, k, l, p, lower=True)
         assert np.array_equal(np.isnan(lo), np.isnan(ref))
@@ -223,8 +225,8 @@ def test_wishart_quantile_is_the_one_percent_point(k, l):
     lower bound the 99% quantile of lambda_max. 20000 draws."""
     G = np.random.default_rng(k * 100 + l).standard_normal((20000, k, l))
     ev = np.linalg.eigvalsh(G @ np.swapaxes(G, 1, 2)) / l
-    lo = math.exp(AN._log_wishart_quantile(k, l, upper=False))
-    hi = math.exp(AN._log_wishart_quantile(k, l, upper=True))
+    lo = math.exp(log_wishart_quantile(k, l, upper=False))
+    hi = math.exp(log_wishart_quantile(k, l, upper=True))
     assert 0.002 <= np.mean(ev[:, 0] < lo) <= 0.015
     assert 0.002 <= np.mean(ev[:, -1] > hi) <= 0.015
 
@@ -237,11 +239,11 @@ def test_default_is_thesis_constants(side, x64):
     s = M.polynomial_decay(120, r1=5)
     for q in (0, 1):
         p = 4 * q + (2 if side == "left" else 4)
-        dflt = _np(AN.space_agnostic_bound(s, 10, 30, q, side=side))
-        expl = _np(AN.space_agnostic_bound(s, 10, 30, q, side=side, constants="thesis"))
+        dflt = _np(AN.space_agnostic_bound(s, 10, 30, q, subspace=side))
+        expl = _np(AN.space_agnostic_bound(s, 10, 30, q, subspace=side, constants="thesis"))
         assert np.array_equal(dflt, expl)
         np.testing.assert_allclose(dflt, _thesis_reference(s, 10, 30, p), rtol=1e-12)
-        lo = _np(AN.space_agnostic_bound(s, 10, 30, q, side=side, eps=0.5, lower=True))
+        lo = _np(AN.space_agnostic_bound(s, 10, 30, q, subspace=side, eps=0.5, lower=True))
         np.testing.assert_allclose(lo, _thesis_reference(s, 10, 30, p, 0.5, True), rtol=1e-12)
     # vacuous thesis bounds stay NaN
     assert np.all(np.isnan(_np(AN.space_agnostic_bound(s, 10, 20, 0, eps=1.5))))
@@ -308,7 +310,7 @@ def test_calibrated_jit_vmap():
         batch)
     np.testing.assert_allclose(_np(out[1]), _np(out[0]), rtol=1e-5)
     AN.space_agnostic_bound(s, 5, 15, 1, constants="calibrated")
-    size = AN._sa_bound_jit._cache_size()
-    AN.space_agnostic_bound(s * 5, 5, 15, 2, side="right", constants="calibrated")
-    AN.space_agnostic_bound(s * 5, 5, 15, 0, side="left", lower=False, constants="calibrated")
-    assert AN._sa_bound_jit._cache_size() == size
+    size = prior._sa_bound_jit._cache_size()
+    AN.space_agnostic_bound(s * 5, 5, 15, 2, subspace="right", constants="calibrated")
+    AN.space_agnostic_bound(s * 5, 5, 15, 0, subspace="left", lower=False, constants="calibrated")
+    assert prior._sa_bound_jit._cache_size() == size

@@ -119,8 +119,8 @@ def test_fig_canonical_angles_tiny(script, tmp_path, capsys, monkeypatch):
     assert fields == mod.CSV_FIELDS
     assert {"true", "thm31_sigma", "prop_mean_hat", "prop_min_sigma", "prop_max_sigma",
             "thm33_hat", "thm34_sigma", "s2018_sigma", "gap_valid_sigma"} <= set(fields)
-    assert len(rows) == 3 * 2 * 2 * k           # matrices x q x sides x i
-    assert {(r["matrix"], r["q"], r["side"]) for r in rows} == {
+    assert len(rows) == 3 * 2 * 2 * k           # matrices x q x subspaces x i
+    assert {(r["matrix"], r["q"], r["subspace"]) for r in rows} == {
         (m, q, s) for m in ("gaussian_fast", "snn_a100", "mnist800") for q in ("0", "1")
         for s in ("left", "right")}
     for r in rows:
@@ -144,7 +144,7 @@ def test_fig_canonical_angles_tiny(script, tmp_path, capsys, monkeypatch):
         for q in (0, 1):
             for side, p in (("left", 4 * q + 2), ("right", 4 * q + 4)):
                 got = [_f(r["thm31_sigma"]) for r in rows
-                       if r["matrix"] == name and r["q"] == str(q) and r["side"] == side]
+                       if r["matrix"] == name and r["q"] == str(q) and r["subspace"] == side]
                 np.testing.assert_allclose(got, _thm31_closed_form(s, k, l, p, 1.0),
                                            rtol=1e-9)
     # per-panel summaries and verdicts
@@ -276,7 +276,7 @@ def test_fig_space_agnostic_bounds_tiny(script, tmp_path, capsys, monkeypatch):
     for l, q in ((32, 0), (16, 1)):
         vac = 2 * math.sqrt(l / (r - k)) >= 1
         for side, p in (("left", 4 * q + 2), ("right", 4 * q + 4)):
-            sel = [x for x in rows if x["l"] == str(l) and x["side"] == side]
+            sel = [x for x in rows if x["l"] == str(l) and x["subspace"] == side]
             t = np.array([_f(x["true"]) for x in sel])
             up = np.array([_f(x["upper_sigma"]) for x in sel])
             lo = np.array([_f(x["lower_sigma"]) for x in sel])
@@ -291,7 +291,7 @@ def test_fig_space_agnostic_bounds_tiny(script, tmp_path, capsys, monkeypatch):
                 np.testing.assert_allclose(lo, _thm31_closed_form(s, k, l, p, 2.0, lower=True),
                                            rtol=1e-9)
                 assert np.all(lo <= up)
-            pan = next(x for x in saved["panels"] if x["l"] == l and x["side"] == side
+            pan = next(x for x in saved["panels"] if x["l"] == l and x["subspace"] == side
                        and x["matrix"] == "gaussian_slow")
             assert pan["lower_vacuous_sigma"] is vac
             assert pan["eps2_lower"] == pytest.approx(2 * math.sqrt(l / (r - k)))

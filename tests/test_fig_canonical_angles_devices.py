@@ -33,7 +33,7 @@ def test_trials_over_two_devices_match_one_device(tmp_path):
     assert json.loads((o2 / "config.json").read_text())["devices"] == 2
     rows1 = list(csv.DictReader(open(o1 / "results.csv")))
     rows2 = list(csv.DictReader(open(o2 / "results.csv")))
-    assert len(rows1) == len(rows2) == 2 * 2 * 8        # q x sides x i
+    assert len(rows1) == len(rows2) == 2 * 2 * 8        # q x subspaces x i
     for a, b in zip(rows1, rows2):
         for key in a:
             if key.startswith("prop_mean"):          # the mean over trials: summation order
