@@ -1,4 +1,4 @@
-"""Benchmark: protocol operations of the factored SNN operator (thesis Sec. ``subsec:exp_cur``).
+"""Benchmark: protocol operations of the factored SNN operator (thesis Section 2.5.3).
 
 ``A = L diag(d) R^H`` with sparse L, R (m x 400, n x 400, about two nonzeros per row), float64
 (``jax_enable_x64``): the 10^6 x 10^6 ``snn1e6`` (full) or a 10^5 x 10^5 instance (``--quick``).
@@ -46,13 +46,28 @@ import numpy as np
 
 import rdr_jax
 from rdr_jax import operators as ops
-from rdr_jax.sketching import gaussian, sparse_sign
+from rdr_jax.sketching import SRTT, Gaussian, SparseSign
 
 F64 = jnp.float64
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_operators"
 # previous implementation on snn1e6, seconds (measured before the numba kernels)
 REPORTED_1E6 = {"sketch_gauss": 73.7, "cols": 13.9, "rows": 10.3, "matmat": 20.7}
 
+
+
+def gaussian(key, l, m, *, dtype=None, generator="hash"):
+    """A drawn l x m Gaussian sketch (``Gaussian(generator).draw``)."""
+    return Gaussian(generator).draw(key, l, m, dtype=dtype)
+
+
+def sparse_sign(key, l, m, zeta=8, *, dtype=None):
+    """A drawn l x m sparse sign sketch (``SparseSign(zeta).draw``)."""
+    return SparseSign(zeta).draw(key, l, m, dtype=dtype)
+
+
+def srtt(key, l, m, *, dtype=None):
+    """A drawn l x m SRTT sketch (``SRTT().draw``)."""
+    return SRTT().draw(key, l, m, dtype=dtype)
 
 def _timeit(fn, args, repeats):
     for _ in range(2):     # warm-up: rdr_jax's quick first-call compile, then the optimised one

@@ -1,28 +1,9 @@
-"""Sharded inputs: placing a matrix on a device mesh, reading its row sharding, and checking
-the shardings of a factored operator's factors.
+"""Sharded inputs: placing a matrix on a device mesh, reading how an operator is sharded,
+and checking a factored operator's factors.
 
-The engine is JAX's own sharding (``jax.sharding.Mesh``, ``NamedSharding``, GSPMD): every
-entry point of rdr_jax (``rsvd``, ``rangefinder``, ``interpolative``, ``cur``,
-``select_columns``/``select_rows``, ``streaming_skeletons``, ``lowrank_error``) accepts a
-dense A whose rows, columns or 2-D blocks are sharded, and a factored operator whose
-factors are sharded, and XLA partitions the computation:
-
-* sketch ``Gamma A``: each device multiplies the columns of Gamma that meet its rows of A
-  and one all-reduce sums the l x n partial sketches (row-sharded A); a column-sharded A
-  needs no communication (each device owns whole columns of ``Gamma A``). The Gaussian
-  sketch is a counter-based hash of (row, column, key) (:func:`rdr_jax.sketching.hash_normal`)
-  generated where it is used, so the sketch -- and the skeletons -- do not depend on the
-  number of devices;
-* the small l x n sketch's LU/QR/SVD is replicated; C = A(:, cols) and R = A(rows, :) are
-  gathers of k columns/rows, never of A;
-* tall bases (m x l, row-sharded) are orthonormalised by CholeskyQR2
-  (:func:`rdr_jax.randomized_svd.cholesky_qr2`: one all-reduce of an l x l Gram per pass)
-  instead of a gathered Householder QR; ``orthonormalize="auto"`` chooses it when A's rows
-  are sharded.
-
-Multi-host: call ``jax.distributed.initialize()`` on every process first, build the mesh
-over ``jax.devices()`` and the global array with ``jax.make_array_from_process_local_data``
-(or :func:`shard` on each process with the same global array); the rest is unchanged.
+Every entry point accepts a dense A sharded by rows, columns or 2-D blocks, and a factored
+operator with row-sharded factors; XLA (GSPMD) partitions the computation. How each step is
+partitioned, and the multi-host recipe: ``docs/operators.md``.
 """
 
 from __future__ import annotations
@@ -33,7 +14,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-__all__ = ["shard", "row_shards", "check_factor_shardings", "auto_axes"]
+__all__ = ["shard", "row_shards", "col_shards", "check_factor_shardings", "auto_axes"]
 
 
 def _auto_mesh(mesh: Mesh) -> Mesh:
@@ -46,16 +27,11 @@ def _auto_mesh(mesh: Mesh) -> Mesh:
 
 
 def auto_axes(a: Any) -> Any:
-    """A concrete jax array sharded over a mesh with ``Explicit`` axes (the default of
-    ``jax.make_mesh`` since jax 0.7) placed on the same devices with the same layout but
-    ``Auto`` axes; anything else unchanged.
+    """``a`` with its mesh axes made ``Auto`` when it is a concrete jax array sharded over
+    ``Explicit`` axes (the ``jax.make_mesh`` default); anything else unchanged.
 
-    rdr_jax's pipelines are written for GSPMD (``Auto`` axes): under explicit sharding
-    ("sharding in types") XLA's LU/QR refuse operands sharded on non-batch dimensions
-    ("Input 0 to lu must be unsharded on non-batch dimensions"). Every entry point calls
-    this on its dense input and on a factored operator's factors, so meshes from
-    ``jax.make_mesh`` work as they are. Traced arrays (inside the caller's jit) are not
-    converted: build such meshes with ``axis_types=(jax.sharding.AxisType.Auto, ...)``.
+    Why: XLA's LU/QR refuse operands sharded on non-batch dimensions under explicit sharding,
+    and rdr_jax's pipelines are written for GSPMD. Traced arrays are not converted.
     """
     if not isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer):
         return a
@@ -74,27 +50,20 @@ def _axis_size(mesh: Mesh, entry) -> int:
 
 
 def shard(A: Any, mesh: Mesh, spec: PartitionSpec) -> jax.Array:
-    """``jax.device_put(A, NamedSharding(mesh, spec))`` with a clear error when a mesh axis
-    does not divide the dimension it shards.
+    """``jax.device_put(A, NamedSharding(mesh, spec))`` with ``Auto`` mesh axes, and a clear
+    error when a mesh axis does not divide the dimension it shards.
 
     Args:
       A: a 2-D array (numpy or jax).
       mesh: a ``jax.sharding.Mesh``.
-      spec: e.g. ``P("x", None)`` (rows), ``P(None, "x")`` (columns), ``P("x", "y")``
-        (2-D blocks).
+      spec: e.g. ``P("x", None)`` (rows), ``P(None, "x")`` (columns), ``P("x", "y")``.
 
-    The result's mesh axes are ``Auto`` (GSPMD) even when ``mesh``'s are ``Explicit`` (the
-    default of ``jax.make_mesh``): see :func:`rdr_jax.distributed.auto_axes`.
+    Returns:
+      The sharded jax array.
 
     Raises:
-      ValueError: a sharded dimension not divisible by the size of its mesh axes, an axis
-        name not in the mesh, or a spec longer than A's rank.
-      TypeError: ``mesh``/``spec`` of the wrong type.
-
-    Example:
-      >>> mesh = jax.make_mesh((jax.device_count(),), ("x",))
-      >>> A_sh = shard(A, mesh, P("x", None))           # rows over all devices
-      >>> d = rdr_jax.cur(jax.random.key(0), A_sh, 20)
+      ValueError: an axis that does not divide its dimension or is not in the mesh, or a spec
+        longer than A's rank. TypeError: ``mesh``/``spec`` of the wrong type.
     """
     if not isinstance(mesh, Mesh):
         raise TypeError(f"mesh must be a jax.sharding.Mesh; got {type(mesh).__name__}")
@@ -121,8 +90,7 @@ def shard(A: Any, mesh: Mesh, spec: PartitionSpec) -> jax.Array:
 
 
 def _array_shards(a: Any, axis: int) -> int:
-    """Number of shards dimension ``axis`` of a concrete 2-D jax array is split into (1 for
-    anything else: numpy, traced, other ranks)."""
+    """Number of shards of dimension ``axis`` of a concrete 2-D jax array (1 otherwise)."""
     if not isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer) or a.ndim != 2:
         return 1
     try:
@@ -133,28 +101,21 @@ def _array_shards(a: Any, axis: int) -> int:
 
 
 def row_shards(op: Any) -> int:
-    """Number of shards the rows of a concrete operator are split into (1: unsharded,
-    traced, sparse or implicit). Dense: from the array's sharding; factored
-    ``L diag(d) R^H``: from L's (A's rows are L's rows)."""
-    return _operator_shards(op, 0)
+    """Number of shards the rows of a concrete jax array or operator are split into
+    (``op.shards(0)``; 1 when unsharded or traced)."""
+    return _shards(op, 0)
 
 
 def col_shards(op: Any) -> int:
-    """Number of shards the columns of a concrete operator are split into (the rows of
-    ``A^H``; 1: unsharded, traced, sparse or implicit). Dense: from the array's sharding;
-    factored ``L diag(d) R^H``: from R's rows (A's columns are R's rows)."""
-    return _operator_shards(op, 1)
+    """Number of shards the columns of a concrete jax array or operator are split into."""
+    return _shards(op, 1)
 
 
-def _operator_shards(op: Any, axis: int) -> int:
-    from rdr_jax.operators import DenseOperator, FactoredOperator
-    if isinstance(op, DenseOperator):
-        return _array_shards(op.array, axis)
-    if isinstance(op, FactoredOperator):            # A's rows / columns are L's / R's rows
-        return row_shards(op.L if axis == 0 else op.R)
+def _shards(op: Any, axis: int) -> int:
     if isinstance(op, jax.Array):
         return _array_shards(op, axis)
-    return 1
+    shards = getattr(op, "shards", None)
+    return shards(axis) if callable(shards) else 1
 
 
 def _device_set(x: Any):
@@ -165,9 +126,8 @@ def _device_set(x: Any):
 
 def check_factor_shardings(**factors: Any) -> None:
     """Raise ValueError when the concrete jax arrays among ``factors`` (name -> array) live
-    on different sets of devices, e.g. ``L`` sharded over one mesh and ``R`` over another
-    (XLA cannot combine them in one computation), or when their inner (rank) dimensions are
-    sharded differently (``L``'s columns split into c shards, ``R``'s into c' != c)."""
+    on different sets of devices (XLA cannot combine them) or shard their inner (rank)
+    dimensions differently."""
     sets = {k: _device_set(v) for k, v in factors.items()}
     sets = {k: s for k, s in sets.items() if s is not None}
     sharded = {k: s for k, s in sets.items() if len(s) > 1}

@@ -1,18 +1,8 @@
-"""Test matrices of the thesis (Secs. ``subsec:exp_cur``, ``subsec:target_matrix``,
-``subsec:balance_oversampling_power_iterations_example``).
+"""Test matrices of the thesis: sparse non-negative SNN matrices (Section 2.5.3),
+matrices with a prescribed spectrum (Section 3.6.1), the Kahan matrix.
 
-* :func:`snn` -- sparse non-negative ``A = X diag(d) Y^T`` (Eqs. ``eq:cur_snn_def``,
-  ``eq:snn-def``): X (m x r), Y (n x r) sparse with U(0, 1) entries at a given density and
-  ``d_i = a / i`` for ``i <= r1``, ``1 / i`` after (:func:`snn_spectrum`). Dense, or factored
-  (a :class:`rdr_jax.operators.FactoredOperator` that scales to 10^6 x 10^6).
-  :func:`snn1e3` and :func:`snn1e6` are the thesis' two instances.
-* :func:`with_spectrum` -- ``A = U diag(s) V^H`` with Haar-random orthonormal U, V
-  (orthonormalised Gaussian matrices) and a prescribed spectrum; spectra helpers
-  :func:`polynomial_decay`, :func:`exponential_decay`, :func:`step_spectrum`.
-* :func:`kahan` -- the Kahan matrix, the classical adversarial input for column-pivoted QR.
-
-Generators draw on the host from a seed taken from the JAX key (so the same key gives the
-same matrix); call them outside ``jit``.
+Generators draw on the host from a seed taken from the JAX key (the same key gives the same
+matrix); call them outside ``jit``.
 """
 
 from __future__ import annotations
@@ -44,10 +34,7 @@ def _dtype(dtype):
 
 # --------------------------------------------------------------------------------------
 def snn_spectrum(r: int, *, a: float = 2.0, r1: int = 100) -> np.ndarray:
-    """SNN weights ``d_i = a / i`` for ``i <= r1`` and ``1 / i`` for ``r1 < i <= r`` (float64).
-
-    Thesis Eq. ``eq:snn-def`` (``SNN(a, r1)``); SNN1e3/SNN1e6 use ``a = 2, r1 = 100``.
-    """
+    """SNN weights ``d_i = a / i`` for ``i <= r1``, ``1 / i`` after (float64), thesis Eq. (3.23)."""
     r = V.check_int("r", r, low=1)
     r1 = V.check_int("r1", r1, low=0)
     i = np.arange(1, r + 1, dtype=np.float64)
@@ -66,30 +53,21 @@ def _sparse_uniform(rng, rows: int, cols: int, density: float) -> sp.csc_matrix:
 
 def snn(key, m: int, n: int, *, r: int | None = None, a: float = 2.0, r1: int = 100,
         density: float = 1e-3, spectrum: Any = None, factored: bool = False, dtype=None):
-    """Random sparse non-negative matrix ``A = sum_i d_i x_i y_i^T = X diag(d) Y^T``.
-
-    Thesis Eqs. ``eq:cur_snn_def`` / ``eq:snn-def``: ``x_i in R^m``, ``y_i in R^n`` sparse
-    with i.i.d. U(0, 1) nonzeros at uniformly random positions, ``density`` of the entries of
-    X (m x r) and Y (n x r) nonzero. ``d`` is :func:`snn_spectrum` ``(r, a, r1)`` unless
-    ``spectrum`` is given. Note the singular values of A are *not* ``d`` (the factors are not
-    orthonormal): use :func:`rdr_jax.exact_singular_values`, which works on the factored form.
+    """Sparse non-negative ``A = X diag(d) Y^T``, thesis Eqs. (2.20)/(3.23).
 
     Args:
       key: ``jax.random.key``.
       m, n: matrix size.
       r: number of terms (default ``min(m, n)``).
-      a, r1: spectrum parameters (ignored when ``spectrum`` is given).
-      density: fraction of nonzeros in each factor, in (0, 1].
-      spectrum: optional explicit weights d (length r, non-negative).
-      factored: return a :class:`rdr_jax.operators.FactoredOperator` with sparse factors
-        instead of a dense array (required for large m, n).
+      a, r1: :func:`snn_spectrum` parameters (unless ``spectrum`` gives ``d``).
+      density: fraction of nonzeros (i.i.d. U(0, 1) at random positions) in X and Y.
+      spectrum: explicit non-negative weights ``d`` (length r).
+      factored: return a :class:`~rdr_jax.operators.FactoredOperator` with sparse factors.
       dtype: float32/float64.
 
     Returns:
-      A dense ``jax.Array`` (m x n) or a ``FactoredOperator``.
-
-    Example:
-      >>> A = snn(jax.random.key(0), 1000, 1000, r=1000, density=1e-3)   # SNN1e3
+      A dense m x n ``jax.Array`` or a ``FactoredOperator``. Its singular values are not
+      ``d`` (the factors are not orthonormal).
     """
     m = V.check_int("m", m, low=1)
     n = V.check_int("n", n, low=1)
@@ -119,20 +97,18 @@ def snn(key, m: int, n: int, *, r: int | None = None, a: float = 2.0, r1: int = 
 
 
 def snn1e3(key, *, dtype=None):
-    """``SNN1e3``: 1000 x 1000, r = 1000, ``d_i = 2/i`` (i <= 100) then ``1/i``, density 1e-3."""
+    """``SNN1e3``: 1000 x 1000, r = 1000, a = 2, r1 = 100, density 1e-3 (Section 2.5.3)."""
     return snn(key, 1000, 1000, r=1000, a=2.0, r1=100, density=1e-3, dtype=dtype)
 
 
 def snn1e6(key, *, m: int = 10**6, n: int = 10**6, r: int = 400, dtype=None):
-    """``SNN1e6``: 10^6 x 10^6 factored, r = 400, ``d_i = 2/i`` (i <= 100) then ``1/i``,
-    factor density 2/r (about two nonzeros per row of each factor)."""
+    """``SNN1e6``: 10^6 x 10^6 factored, r = 400, a = 2, r1 = 100, density 2/r."""
     return snn(key, m, n, r=r, a=2.0, r1=100, density=2.0 / r, factored=True, dtype=dtype)
 
 
 # --------------------------------------------------------------------------------------
 def polynomial_decay(r: int, *, r1: int = 20, power: float = 0.5) -> np.ndarray:
-    """``sigma_i = 1`` for ``i <= r1``, ``(i - r1 + 1)^(-power)`` after (thesis "slow decay",
-    ``power = 1/2``, Sec. ``subsec:target_matrix``)."""
+    """``sigma_i = 1`` for ``i <= r1``, ``(i - r1 + 1)^-power`` after (Section 3.6.1)."""
     r = V.check_int("r", r, low=1)
     i = np.arange(1, r + 1, dtype=np.float64)
     return np.where(i <= r1, 1.0, np.maximum(i - r1 + 1, 1.0) ** (-power))
@@ -140,17 +116,16 @@ def polynomial_decay(r: int, *, r1: int = 20, power: float = 0.5) -> np.ndarray:
 
 def exponential_decay(r: int, *, r1: int = 20, base: float = 0.99,
                       floor: float = 1e-3) -> np.ndarray:
-    """``sigma_i = 1`` for ``i <= r1``, ``max(base^(i - r1), floor)`` after (thesis "fast
-    decay", Sec. ``subsec:target_matrix``)."""
+    """``sigma_i = 1`` for ``i <= r1``, ``max(base^(i - r1), floor)`` after
+    (Section 3.6.1)."""
     r = V.check_int("r", r, low=1)
     i = np.arange(1, r + 1, dtype=np.float64)
     return np.where(i <= r1, 1.0, np.maximum(base ** (i - r1), floor))
 
 
 def step_spectrum(r: int, k: int, gap: float, *, sigma1: float = 1.0) -> np.ndarray:
-    """Step spectrum of the budget example (Sec.
-    ``subsec:balance_oversampling_power_iterations_example``): ``sigma_i = sigma1`` for
-    ``i <= k`` and ``sigma1 / gap`` after, i.e. spectral gap ``sigma_1 / sigma_{k+1} = gap``."""
+    """``sigma_i = sigma1`` for ``i <= k``, ``sigma1 / gap`` after (the budget example,
+    Section 3.6.3)."""
     r = V.check_int("r", r, low=1)
     k = V.check_int("k", k, low=1, high=r)
     if not gap >= 1:
@@ -159,20 +134,14 @@ def step_spectrum(r: int, k: int, gap: float, *, sigma1: float = 1.0) -> np.ndar
 
 
 def with_spectrum(key, m: int, n: int, spectrum: Any, *, dtype=None, factored: bool = False):
-    """``A = U diag(s) V^T`` with Haar-random orthonormal U (m x r), V (n x r).
-
-    Thesis Sec. ``subsec:target_matrix`` (2): ``U = orth(G_m)``, ``V = orth(G_n)`` for
-    Gaussian ``G_m, G_n``; the singular values of A are exactly ``s`` (sorted descending).
+    """``A = U diag(s) V^T`` with Haar-random orthonormal U, V (Section 3.6.1).
 
     Args:
       key: ``jax.random.key``.
-      m, n: matrix size; ``r = len(spectrum) <= min(m, n)``.
-      spectrum: non-negative singular values (any order; sorted descending).
+      m, n: matrix size.
+      spectrum: the singular values s (non-negative, ``len <= min(m, n)``).
       dtype: float32/float64.
       factored: return ``FactoredOperator(U, s, V)`` instead of the dense product.
-
-    Example:
-      >>> A = with_spectrum(jax.random.key(0), 500, 500, polynomial_decay(500))
     """
     m = V.check_int("m", m, low=1)
     n = V.check_int("n", n, low=1)
@@ -193,15 +162,10 @@ def with_spectrum(key, m: int, n: int, spectrum: Any, *, dtype=None, factored: b
 
 
 def kahan(n: int, *, theta: float = 1.2, perturb: float = 25.0, dtype=None) -> jax.Array:
-    """Kahan matrix ``K = diag(1, s, ..., s^(n-1)) (I - c U)`` with ``c = cos(theta)``,
-    ``s = sin(theta)`` and U the strictly upper triangular matrix of ones.
-
-    Column-pivoted QR does not pivot on K (all column norms tie in exact arithmetic; the
-    diagonal perturbation ``perturb * eps * diag(n, n-1, ..., 1)``, as in MATLAB's
-    ``gallery('kahan')``, makes the tie-break deterministic), yet ``R_11`` is far from
-    revealing the rank: the classical example where the 2^(l-i) growth of CPQR's
-    ``|R_11^-1 R_12|`` bound is attained (thesis Sec. ``subsec:pivoting_mat_decomp``).
-    """
+    """Kahan matrix ``diag(1, s, ..., s^(n-1)) (I - c U)`` (``c = cos theta``, ``s = sin
+    theta``, U strictly upper ones) plus ``perturb * eps * diag(n, ..., 1)``, as MATLAB's
+    ``gallery('kahan')``. Why: CPQR does not pivot on it, yet ``R_11`` does not reveal the
+    rank (thesis Section 2.2.5)."""
     n = V.check_int("n", n, low=1)
     dt = _dtype(dtype)
     c, s = np.cos(theta), np.sin(theta)

@@ -1,17 +1,8 @@
-"""Randomized norm estimators for operators (used by the posterior bounds of Chapters 2-3).
+"""Randomized norm estimators for operators (the posterior bounds of Chapters 2-3).
 
-* :func:`spectral_norm` -- power method on ``A^H A`` from a Gaussian start: a lower
-  estimate of ``||A||_2`` that converges like ``(sigma_2/sigma_1)^(2 iters)``.
-* :func:`spectral_norm_upper` -- the a-posteriori bound of Halko, Martinsson & Tropp (2011,
-  Lemma 4.1): with probability at least ``1 - 10^(-p)``,
-  ``||A||_2 <= 10 sqrt(2/pi) max_{i<=p} ||A w_i||_2`` for standard Gaussian ``w_i``.
-* :func:`frobenius_norm` -- ``||A||_F = sqrt(tr(A^H A))`` by Hutchinson's estimator
-  (``||A G||_F^2 / s``, G Rademacher, unbiased) or Hutch++ (Meyer, Musco, Musco & Woodruff
-  2021: exact trace on a rank-s/3 sketch of the range plus Hutchinson on the deflated rest;
-  relative error O(1/s) instead of O(1/sqrt s)).
-
-All take ``key`` first, accept any operator, are jit-compiled with static sample counts and
-vmap over keys.
+:func:`spectral_norm` (power method, a lower estimate), :func:`spectral_norm_upper` (Halko,
+Martinsson & Tropp 2011, Lemma 4.1, a probabilistic upper bound) and :func:`frobenius_norm`
+(Hutchinson or Hutch++). All take ``key`` first, accept any operator and vmap over keys.
 """
 
 from __future__ import annotations
@@ -26,9 +17,18 @@ import numpy as np
 
 from rdr_jax._src import jit as _jit
 from rdr_jax._src import validation as V
+from rdr_jax._src.deprecation import renamed_kwargs
 from rdr_jax.operators import HIGHEST, as_operator
 
 __all__ = ["spectral_norm", "spectral_norm_upper", "frobenius_norm"]
+
+
+def _renamed(kwargs: dict, where: str) -> int:
+    """``num_vectors`` from the deprecated keywords; a TypeError for any other keyword."""
+    unknown = sorted(set(kwargs) - {"num_vectors"})
+    if unknown:
+        raise TypeError(f"{where}() got unexpected keyword arguments {unknown}")
+    return kwargs["num_vectors"]
 
 
 def _gauss(key, shape, dtype):
@@ -55,48 +55,56 @@ def _spectral(key, op, iters):
 
 
 def spectral_norm(key, A: Any, *, iters: int = 20) -> jax.Array:
-    """Power-method estimate of ``||A||_2`` (never above the true value, up to rounding).
-
-    ``v_0 ~ N(0, I)``, ``v_{t+1} = A^H A v_t / ||A^H A v_t||``; returns ``||A v_iters||``.
-    Costs ``2 iters + 1`` products with A or A^H.
+    """Power-method estimate of ``||A||_2``, never above the true value (up to rounding).
 
     Args:
       key: ``jax.random.key``.
-      A: matrix or operator.
-      iters: number of power iterations (static, >= 1).
+      A: matrix or operator (real or complex).
+      iters: power iterations on ``A^H A`` from a Gaussian start (static, >= 1).
+
+    Returns:
+      ``||A v||`` for the last unit iterate ``v``; costs ``2 iters + 1`` products.
     """
     key = V.check_key(key)
     iters = V.check_int("iters", iters, low=1)
     return _spectral(key, as_operator(A), iters)
 
 
-@functools.partial(_jit.jit, static_argnames=("num_samples",))
-def _spectral_upper(key, op, num_samples):
-    W = _gauss(key, (op.shape[1], num_samples), op.dtype)
+@functools.partial(_jit.jit, static_argnames=("num_vectors",))
+def _spectral_upper(key, op, num_vectors):
+    W = _gauss(key, (op.shape[1], num_vectors), op.dtype)
     return 10.0 * math.sqrt(2.0 / math.pi) * jnp.max(jnp.linalg.norm(op.matmat(W), axis=0))
 
 
-def spectral_norm_upper(key, A: Any, *, num_samples: int = 10) -> jax.Array:
-    """Probabilistic upper bound on ``||A||_2``: holds with probability >= 1 - 10^-num_samples.
+def spectral_norm_upper(key, A: Any, *, num_vectors: int = 10, **deprecated) -> jax.Array:
+    """Upper bound on ``||A||_2`` that holds with probability >= ``1 - 10^-num_vectors``.
 
-    ``10 sqrt(2/pi) max_i ||A w_i||_2`` with i.i.d. standard Gaussian ``w_i`` (Halko et al.
-    2011, Lemma 4.1 / Eq. (4.3)). Costs one product with an (n x num_samples) block.
+    Args:
+      key: ``jax.random.key``.
+      A: matrix or operator.
+      num_vectors: number p of Gaussian test vectors (static; ``num_samples`` is deprecated).
+
+    Returns:
+      ``10 sqrt(2/pi) max_i ||A w_i||_2`` (Halko et al. 2011, Lemma 4.1); one product.
     """
+    if deprecated:
+        num_vectors = _renamed(renamed_kwargs(deprecated, {"num_samples": "num_vectors"}, "spectral_norm_upper"),
+                               "spectral_norm_upper")
     key = V.check_key(key)
-    num_samples = V.check_int("num_samples", num_samples, low=1)
-    return _spectral_upper(key, as_operator(A), num_samples)
+    num_vectors = V.check_int("num_vectors", num_vectors, low=1)
+    return _spectral_upper(key, as_operator(A), num_vectors)
 
 
-@functools.partial(_jit.jit, static_argnames=("num_matvecs", "method"))
-def _frobenius(key, op, num_matvecs, method):
+@functools.partial(_jit.jit, static_argnames=("num_vectors", "method"))
+def _frobenius(key, op, num_vectors, method):
     n = op.shape[1]
     dt = op.dtype
     if method == "hutchinson":
-        G = jax.random.rademacher(key, (n, num_matvecs), V.real_dtype(dt)).astype(dt)
+        G = jax.random.rademacher(key, (n, num_vectors), V.real_dtype(dt)).astype(dt)
         AG = op.matmat(G)
-        return jnp.sqrt(jnp.sum(jnp.abs(AG) ** 2) / num_matvecs)
-    # Hutch++ with s = num_matvecs products with B = A^H A split in thirds.
-    s3 = max(1, num_matvecs // 3)
+        return jnp.sqrt(jnp.sum(jnp.abs(AG) ** 2) / num_vectors)
+    # Hutch++: s = num_vectors products with B = A^H A split in thirds
+    s3 = max(1, num_vectors // 3)
     k1, k2 = jax.random.split(key)
     S = jax.random.rademacher(k1, (n, s3), V.real_dtype(dt)).astype(dt)
     G = jax.random.rademacher(k2, (n, s3), V.real_dtype(dt)).astype(dt)
@@ -107,23 +115,26 @@ def _frobenius(key, op, num_matvecs, method):
     return jnp.sqrt(top + rest)
 
 
-def frobenius_norm(key, A: Any, *, num_matvecs: int = 30, method: str = "hutch++") -> jax.Array:
+def frobenius_norm(key, A: Any, *, num_vectors: int = 30, method: str = "hutch++",
+                   **deprecated) -> jax.Array:
     """Randomized estimate of ``||A||_F`` from products with A only.
-
-    * ``"hutchinson"``: ``||A||_F^2 ~ ||A G||_F^2 / s`` with G (n x s) Rademacher; unbiased
-      for ``||A||_F^2``, relative standard deviation <= sqrt(2/s).
-    * ``"hutch++"``: ``tr(Q^H B Q) + (3/s) tr(G^H (I-QQ^H) B (I-QQ^H) G)`` for
-      ``B = A^H A``, ``Q = orth(B S)``; unbiased for ``||A||_F^2`` and exact when
-      ``rank(A) <= s/3``.
 
     Args:
       key: ``jax.random.key``.
       A: matrix or operator.
-      num_matvecs: s, number of random vectors (static, >= 1; >= 3 for Hutch++).
-      method: ``"hutch++"`` (default) or ``"hutchinson"``.
+      num_vectors: s, the number of random test vectors (static, >= 1; >= 3 for Hutch++;
+        ``num_matvecs`` is deprecated).
+      method: ``"hutch++"`` (Meyer et al. 2021: exact when ``rank(A) <= s/3``, relative
+        error O(1/s)) or ``"hutchinson"`` (``||A G||_F^2 / s``, G Rademacher).
+
+    Returns:
+      The estimate, whose square is unbiased for ``||A||_F^2``.
     """
+    if deprecated:
+        num_vectors = _renamed(renamed_kwargs(deprecated, {"num_matvecs": "num_vectors"}, "frobenius_norm"),
+                               "frobenius_norm")
     key = V.check_key(key)
     if method not in ("hutch++", "hutchinson"):
         raise ValueError(f"method must be 'hutch++' or 'hutchinson'; got {method!r}")
-    num_matvecs = V.check_int("num_matvecs", num_matvecs, low=3 if method == "hutch++" else 1)
-    return _frobenius(key, as_operator(A), num_matvecs, method)
+    num_vectors = V.check_int("num_vectors", num_vectors, low=3 if method == "hutch++" else 1)
+    return _frobenius(key, as_operator(A), num_vectors, method)

@@ -1,49 +1,30 @@
 """Linear operators: the one small protocol every algorithm in rdr_jax consumes.
 
-A linear operator ``A`` (m x n) exposes
-
-============================  =========================================================
-``A.shape``, ``A.dtype``      static shape and dtype
-``A.matmat(X)``               ``A @ X`` for a dense ``X`` of shape (n, b)
-``A.rmatmat(Y)``              ``A^H @ Y`` (conjugate transpose; ``A^T`` for real A), Y (m, b)
-``A.lmatmat(X)``              ``X @ A`` for a dense ``X`` of shape (b, m) (left product)
-``A.rows(I)``                 dense ``A[I, :]``,  shape (len(I), n)
-``A.cols(J)``                 dense ``A[:, J]``,  shape (m, len(J))
-``A.submatrix(I, J)``         dense ``A[I][:, J]``
-``A.H``                       the adjoint operator (free for every implementation)
-``A.todense()``               dense array (for small problems and tests only)
-``A.apply_sketch(S)``         ``S @ A`` for a sketch from :mod:`rdr_jax.sketching`
-                              (sketches call this from ``S.apply(A)``)
-============================  =========================================================
-
-Implementations (all pytrees, so they pass through ``jit`` and ``vmap``):
-
-* :class:`DenseOperator` -- a jax/numpy array.
-* :class:`SparseOperator` -- ``scipy.sparse`` or ``jax.experimental.sparse.BCOO`` input,
-  stored in both CSR and CSC order so that the adjoint, row and column gathers are all
-  gather-only (no densification, no sorting under jit).
-* :class:`ImplicitOperator` -- user ``matmat``/``rmatmat`` callables.
-* :class:`FactoredOperator` -- ``L diag(d) R^H`` with dense or sparse factors, e.g. the
-  10^6 x 10^6 SNN test matrix of thesis Sec. ``subsec:exp_cur``.
-
-Use :func:`as_operator` to wrap anything. Sparse inputs must be converted outside ``jit``
-(their sparsity pattern sets static shapes).
+An operator ``A`` (m x n) has ``shape``, ``dtype``, ``matmat(X) = A X``, ``rmatmat(Y) = A^H Y``,
+``lmatmat(X) = X A``, the dense gathers ``rows(I)``, ``cols(J)``, ``submatrix(I, J)``, the
+adjoint ``H``, ``todense()``, ``apply_sketch(S) = S A`` and the methods of
+:class:`LinearOperator` that explicit operators override (``max_exponent``, ``ldexp``,
+``fro_norm_sq``, ``residual_fro``, ``shards``, ``to_numpy``). Implementations, all pytrees:
+:class:`DenseOperator`, :class:`SparseOperator`, :class:`ImplicitOperator`,
+:class:`FactoredOperator`; :func:`as_operator` wraps anything. Design notes: ``docs/operators.md``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
+import scipy.sparse.linalg as spla
 from jax.experimental import sparse as jsparse
 
+from rdr_jax import distributed
+from rdr_jax._src import fp
 from rdr_jax._src import validation as V
-from rdr_jax.distributed import auto_axes, check_factor_shardings
 
 HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -53,8 +34,7 @@ _SPARSE_CHUNK_ELEMS = 1 << 26
 
 
 def pytree_dataclass(cls=None, *, meta=()):
-    """Register a frozen dataclass as a pytree with the given static (meta) fields (used by the
-    operators, the sketches and the angles results)."""
+    """Register a frozen dataclass as a pytree whose ``meta`` fields are static."""
     def wrap(c):
         c = dataclasses.dataclass(frozen=True, repr=False)(c)
         names = [f.name for f in dataclasses.fields(c)]
@@ -63,11 +43,49 @@ def pytree_dataclass(cls=None, *, meta=()):
     return wrap if cls is None else wrap(cls)
 
 
+def _wide(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)
+
+
 class LinearOperator:
-    """Base class with the derived parts of the protocol (see module docstring)."""
+    """Base class: the derived parts of the protocol and the defaults of an implicit operator.
+
+    Subclasses define ``shape``, ``dtype``, ``matmat``, ``rmatmat``, ``rows``, ``cols``, ``H``.
+    """
 
     shape: tuple[int, int]
     dtype: np.dtype
+    #: the entries are stored (dense, sparse), so exact norms and residuals are available
+    explicit: ClassVar[bool] = False
+    #: the entries are one dense array (``todense()`` is free)
+    dense: ClassVar[bool] = False
+
+    def max_exponent(self) -> jax.Array | None:
+        """``floor(log2 max |a_ij|)`` as a traced int32 (``rdr_jax._src.fp.max_exponent``),
+        or None when the entries are not stored."""
+        return None
+
+    def ldexp(self, k) -> LinearOperator | None:
+        """The operator ``2^k A`` of the same kind (exact power-of-two scaling), or None."""
+        return None
+
+    def fro_norm_sq(self) -> jax.Array | None:
+        """Exact ``||A||_F^2``, or None when the entries are not stored."""
+        return None
+
+    def residual_fro(self, AQ, Q) -> jax.Array | None:
+        """Exact ``||A - AQ Q^H||_F`` for ``Q`` (n x k) with orthonormal columns and
+        ``AQ = A Q``, computed on ``A / max|.|`` so that it neither overflows nor underflows;
+        None when the entries are not stored."""
+        return None
+
+    def shards(self, axis: int) -> int:
+        """Number of shards the rows (``axis=0``) or columns (``axis=1``) are split into."""
+        return 1
+
+    def to_numpy(self) -> np.ndarray:
+        """A host copy in float64/complex128 (small problems and tests)."""
+        return _wide(np.asarray(self.todense()))
 
     @property
     def ndim(self) -> int:
@@ -81,20 +99,15 @@ class LinearOperator:
         return self.rows(I)[:, J]
 
     def apply_sketch(self, sketch):
-        """``S @ A`` for a sketch ``S`` (l x m). Default: ``(A^H S^H)^H`` with a dense ``S^H``.
-
-        Operators override this when they can do better (dense and sparse inputs use the
-        sketch's structured kernels; factored inputs sketch their left factor).
-        """
+        """``S @ A`` for a sketch ``S`` (l x m); default ``(A^H S^H)^H`` with a dense ``S^H``."""
         return self.rmatmat(sketch.adjoint_dense(self.dtype)).conj().T
 
     def lmatmat(self, X):
-        """``X @ A`` for a dense ``X`` of shape (b, m) (default ``(A^H X^H)^H``; sparse and
-        factored operators override it with a left product that needs no transposes)."""
+        """``X @ A`` for a dense ``X`` (b x m); default ``(A^H X^H)^H``."""
         return self.rmatmat(jnp.asarray(X).conj().T).conj().T
 
     def todense(self):
-        """Dense array (``A @ I_n``); meant for small problems and tests."""
+        """Dense array (``A @ I_n``), for small problems and tests."""
         return self.matmat(jnp.eye(self.shape[1], dtype=self.dtype))
 
     def __repr__(self):
@@ -116,9 +129,11 @@ def _dense_cols_from_matmat(op: LinearOperator, J):
 # --------------------------------------------------------------------------------------
 @pytree_dataclass
 class DenseOperator(LinearOperator):
-    """A dense matrix. ``matmat`` uses ``Precision.HIGHEST``."""
+    """A dense matrix; products use ``Precision.HIGHEST``."""
 
     array: jax.Array
+    explicit: ClassVar[bool] = True
+    dense: ClassVar[bool] = True
 
     @property
     def shape(self):
@@ -132,9 +147,8 @@ class DenseOperator(LinearOperator):
         return jnp.matmul(self.array, X, precision=HIGHEST)
 
     def rmatmat(self, Y):
-        # A^H Y = (Y^H A)^H with Y^H materialised: XLA would otherwise fold the transposes
-        # into a transposed-operand GEMM, 2.5x slower on CPU than the plain one (4000 x 2000
-        # A, 200 columns: 79 vs 32 ms); the barrier keeps the small copy of Y^H.
+        # (Y^H A)^H with Y^H materialised: faster than a transposed-operand GEMM on CPU
+        # (docs/operators.md)
         Yh = jax.lax.optimization_barrier(Y.conj().T)
         return jnp.matmul(Yh, self.array, precision=HIGHEST).conj().T
 
@@ -160,43 +174,45 @@ class DenseOperator(LinearOperator):
     def apply_sketch(self, sketch):
         return sketch.apply_dense(self.array)
 
+    def max_exponent(self):
+        return fp.max_exponent(self.array)
+
+    def ldexp(self, k):
+        return DenseOperator(fp.ldexp(self.array, k))
+
+    def fro_norm_sq(self):
+        return jnp.sum(jnp.abs(self.array) ** 2)
+
+    def residual_fro(self, AQ, Q):
+        E = self.array - jnp.matmul(AQ, Q.conj().T, precision=HIGHEST)
+        s = jnp.max(jnp.abs(E))
+        return s * jnp.linalg.norm(E / jnp.where(s > 0, s, 1.0))
+
+    def shards(self, axis):
+        return (distributed.col_shards if axis else distributed.row_shards)(self.array)
+
+    def to_numpy(self):
+        return _wide(np.asarray(self.array))
+
 
 # --------------------------------------------------------------------------------------
 # Sparse (CSR + CSC)
 # --------------------------------------------------------------------------------------
-# Sparse products. XLA:CPU lowers the segment sum / scatter-add of a sparse product to a
-# serial loop over an (nnz x b) intermediate (materialised in column blocks): 10-35 s for a
-# 10^6 x 400 factor with 2e6 nonzeros times a 400 x 200 block, against ~0.5 s for one pass
-# (``experiments/bench_operators.py``). The products are therefore JAX primitives
-# (:mod:`rdr_jax._src.kernels`): on CPU they run numba kernels that stream the CSR/CSC arrays
-# once, write each output element once and are parallel without atomics, reached from
-# inside ``jit`` through the XLA FFI (no operand copies, no Python on the call path); on
-# GPU/TPU they lower to the sorted segment sums of :func:`_spmm_xla`. The same call is fast
-# eagerly and inside ``jit``, differentiable (``grad``/``jvp``/``vjp``: the transpose of
-# ``X -> S X`` is ``G -> S^T G``, the same kernel on the CSC arrays) and batchable.
+# Sparse products are primitives of rdr_jax._src.kernels (docs/operators.md).
 def _kernel_arrays(S):
-    """The eight arrays of a SparseOperator in :data:`rdr_jax._src.kernels.ARRAY_FIELDS` order."""
+    """The eight arrays of a SparseOperator in ``rdr_jax._src.kernels.ARRAY_FIELDS`` order."""
     return (S.data_r, S.row_r, S.col_r, S.indptr_r, S.data_c, S.row_c, S.col_c, S.indptr_c)
 
 
 def _spmm_xla(X, S, left):
-    """XLA formula (any dtype; the GPU/TPU lowering of the sparse product primitive): sorted
-    segment sums over CSR (``S @ X``) or CSC order (``X @ S = (S^H X^H)^H``), with the
-    (nnz x b) intermediate built in column blocks of ``_SPARSE_CHUNK_ELEMS`` elements."""
+    """``S @ X`` or ``X @ S`` by sorted segment sums (any dtype; the GPU/TPU lowering)."""
     from rdr_jax._src import kernels as K
     return K.spmm_xla(X, _kernel_arrays(S), S.shape, left, _SPARSE_CHUNK_ELEMS)
 
 
 def _spmm(X, S, left: bool):
-    """``S @ X`` (left=False) or ``X @ S`` (left=True) for a SparseOperator S, as one
-    primitive call (:func:`rdr_jax._src.kernels.sparse_matmul`) whatever the context (eager,
-    ``jit``, ``vmap``, ``grad``).
-
-    Complex products are assembled from real ones, ``(S_r + i S_i)(X_r + i X_i) = (S_r X_r -
-    S_i X_i) + i (S_r X_i + S_i X_r)``, with ``[X_r | X_i]`` stacked so that each real part of
-    S is applied once (one product for a real S, two for a complex S). Other dtypes (e.g.
-    bfloat16) use the XLA formula.
-    """
+    """``S @ X`` (left=False) or ``X @ S`` (left=True) as one sparse-product primitive call;
+    complex products are assembled from real ones (``docs/operators.md``)."""
     from rdr_jax._src import kernels as K
     dt = np.dtype(jnp.result_type(S.dtype, X.dtype))
     if dt not in (np.float32, np.float64, np.complex64, np.complex128):
@@ -249,13 +265,10 @@ def _positions(sel, size, idx):
 
 @pytree_dataclass(meta=("shape", "max_row_nnz", "max_col_nnz"))
 class SparseOperator(LinearOperator):
-    """Sparse matrix stored in CSR order *and* CSC order.
+    """Sparse matrix stored in CSR (``*_r``) and CSC (``*_c``) order.
 
-    Fields ``*_r`` are sorted by row (CSR), ``*_c`` by column (CSC); ``indptr_r`` has m+1
-    entries, ``indptr_c`` n+1. Keeping both orders makes the adjoint free and lets
-    ``rows``/``cols`` gather fixed-width windows (``max_row_nnz``/``max_col_nnz`` are static).
-    Products are segment sums over the nonzeros, O(nnz * b) work; large products are done in
-    column blocks so the (nnz x b) intermediate stays under ~256 MiB.
+    Both orders make the adjoint free and let ``rows``/``cols`` gather windows of the static
+    widths ``max_row_nnz``/``max_col_nnz`` (None: built under jit, no static width).
     """
 
     data_r: jax.Array
@@ -267,8 +280,9 @@ class SparseOperator(LinearOperator):
     col_c: jax.Array
     indptr_c: jax.Array
     shape: tuple[int, int]
-    max_row_nnz: int | None   # None: unknown (built under jit from a traced BCOO)
+    max_row_nnz: int | None
     max_col_nnz: int | None
+    explicit: ClassVar[bool] = True
 
     @property
     def dtype(self):
@@ -307,14 +321,7 @@ class SparseOperator(LinearOperator):
 
     @classmethod
     def from_bcoo(cls, A: jsparse.BCOO) -> "SparseOperator":
-        """Build from a 2-D ``jax.experimental.sparse.BCOO``.
-
-        Concrete BCOO: converted on the host (duplicates summed, fixed-width row/column
-        windows). Traced BCOO (a BCOO passed as an argument of the caller's ``jit``): the
-        CSR/CSC orders are built with a traced sort; padding entries (BCOO marks them with
-        out-of-range indices) get zero values and sort last; ``rows``/``cols`` then scatter
-        over all nonzeros (O(nnz)) since no static window width is known.
-        """
+        """Build from a 2-D ``BCOO``: on the host when concrete, by a traced sort under jit."""
         if A.n_batch or A.n_dense:
             raise ValueError("A: only 2-D BCOO matrices without batch/dense dimensions are "
                              f"supported; got n_batch={A.n_batch}, n_dense={A.n_dense}")
@@ -325,7 +332,7 @@ class SparseOperator(LinearOperator):
         data = np.asarray(A.data)
         keep = (idx[:, 0] < m) & (idx[:, 1] < n)  # BCOO pads with out-of-range indices
         coo = sp.coo_matrix((data[keep], (idx[keep, 0], idx[keep, 1])), shape=(m, n))
-        return cls.from_scipy(coo, dtype=data.dtype)
+        return cls.from_scipy(coo, dtype=data.dtype if data.dtype.kind in "fc" else None)
 
     @classmethod
     def _from_traced_coo(cls, data, row, col, shape) -> "SparseOperator":
@@ -345,8 +352,7 @@ class SparseOperator(LinearOperator):
             shape=(int(m), int(n)), max_row_nnz=None, max_col_nnz=None)
 
     def _scatter_select(self, I, J):
-        """``A[I][:, J]`` (``None``: all) by one scatter over the nonzeros, O(nnz); used when
-        the window widths are not static (traced BCOO input)."""
+        """``A[I][:, J]`` (``None``: all) by one O(nnz) scatter (no static window widths)."""
         pi, ki = _positions(I, self.shape[0], self.row_r)
         pj, kj = _positions(J, self.shape[1], self.col_r)
         return jnp.zeros((ki, kj), self.dtype).at[pi, pj].add(self.data_r, mode="drop")
@@ -407,19 +413,37 @@ class SparseOperator(LinearOperator):
     def apply_sketch(self, sketch):
         return sketch.apply_sparse(self)
 
+    def max_exponent(self):
+        return fp.max_exponent(self.data_r)
+
+    def ldexp(self, k):
+        return dataclasses.replace(self, data_r=fp.ldexp(self.data_r, k),
+                                   data_c=fp.ldexp(self.data_c, k))
+
+    def fro_norm_sq(self):
+        return jnp.sum(jnp.abs(self.data_r) ** 2)
+
+    def residual_fro(self, AQ, Q):
+        # ||A - A Q Q^H||_F^2 = ||A||_F^2 - ||A Q||_F^2, both on A / max|a_ij|
+        s = jnp.max(jnp.abs(self.data_r), initial=0.0)
+        safe = jnp.where(s > 0, s, 1.0)
+        a2 = jnp.sum(jnp.abs(self.data_r / safe) ** 2)
+        return s * jnp.sqrt(jnp.maximum(a2 - jnp.sum(jnp.abs(AQ / safe) ** 2), 0.0))
+
+    def to_numpy(self):
+        return _wide(self.to_scipy().toarray())
+
 
 # --------------------------------------------------------------------------------------
 # Implicit (user matmat / rmatmat)
 # --------------------------------------------------------------------------------------
 @pytree_dataclass(meta=("matmat_fn", "rmatmat_fn", "rows_fn", "cols_fn", "shape", "dtype_"))
 class ImplicitOperator(LinearOperator):
-    """A matrix known only through ``matmat(X) = A @ X`` and ``rmatmat(Y) = A^H @ Y``.
+    """A matrix known through ``matmat(X) = A X`` and ``rmatmat(Y) = A^H Y``.
 
-    ``rows_fn(I)``/``cols_fn(J)`` may be supplied when the user can gather rows/columns
-    cheaply; otherwise they cost one ``rmatmat``/``matmat`` with a one-hot (m x k)/(n x k)
-    matrix. Build with :func:`implicit_operator`, which checks the callables' shapes.
-    The callables are static (hashed by identity): reuse the same function objects to avoid
-    recompilation.
+    Optional ``rows_fn(I)``/``cols_fn(J)`` gather rows/columns (otherwise one product with a
+    one-hot block). The callables are static, hashed by identity: reuse the same objects to
+    avoid recompiling. Build with :func:`implicit_operator`.
     """
 
     matmat_fn: Callable
@@ -463,26 +487,42 @@ class _AdjointGather:
         return self.fn(idx).conj().T
 
 
+def _probe(f, shape, dtype):
+    return jax.eval_shape(f, jax.ShapeDtypeStruct(shape, dtype))
+
+
+def _infer_dtype(matmat, rmatmat, m: int, n: int) -> np.dtype:
+    """The dtype of the callables' products on real probes (complex callables give complex)."""
+    for probe in dict.fromkeys([V.default_float(), np.dtype(np.float32)]):
+        try:
+            outs = (_probe(matmat, (n, 2), probe), _probe(rmatmat, (m, 2), probe))
+        except Exception:   # e.g. lax.dot with strict dtypes: try the next probe
+            continue
+        return V.check_dtype("the output of matmat/rmatmat", jnp.result_type(*outs))
+    return V.default_float()  # both probes failed: the checks below report the error
+
+
 def implicit_operator(matmat: Callable, rmatmat: Callable, shape: tuple[int, int],
                       dtype: Any = None, *, rows: Callable | None = None,
                       cols: Callable | None = None) -> ImplicitOperator:
-    """Wrap user callables as an operator, checking their output shapes and dtypes.
+    """Wrap jax-traceable callables as an operator, checking their output shapes and dtypes.
 
     Args:
-      matmat: ``X (n, b) -> A @ X (m, b)``; must be jax-traceable.
-      rmatmat: ``Y (m, b) -> A^H @ Y (n, b)``.
+      matmat: ``X (n, b) -> A X (m, b)``.
+      rmatmat: ``Y (m, b) -> A^H Y (n, b)``.
       shape: ``(m, n)``.
-      dtype: float32/float64/complex64/complex128 (default: float64 under x64, else float32).
+      dtype: float32/float64/complex64/complex128; default: the dtype ``matmat``/``rmatmat``
+        return for a real input (``jax.eval_shape``), so complex callables give a complex
+        operator.
       rows, cols: optional ``I -> A[I, :]`` and ``J -> A[:, J]``.
 
-    Raises:
-      ValueError: if a callable returns the wrong shape (e.g. ``matmat`` of an (n, 1) input
-        is not (m, 1)).
-      TypeError: for a non-floating dtype or non-callable arguments.
+    Returns:
+      An :class:`ImplicitOperator`.
 
-    Example:
-      >>> A = np.random.rand(5, 3)
-      >>> op = implicit_operator(lambda X: A @ X, lambda Y: A.T @ Y, A.shape, np.float32)
+    Raises:
+      ValueError: a callable fails or returns the wrong shape.
+      TypeError: a callable returns another dtype than ``dtype`` (e.g. complex output for a
+        real ``dtype``), or a non-callable argument.
     """
     for name, f in (("matmat", matmat), ("rmatmat", rmatmat)):
         if not callable(f):
@@ -491,7 +531,8 @@ def implicit_operator(matmat: Callable, rmatmat: Callable, shape: tuple[int, int
         raise ValueError(f"shape must be a pair (m, n); got {shape!r}")
     m = V.check_int("shape[0]", shape[0], low=1)
     n = V.check_int("shape[1]", shape[1], low=1)
-    dt = V.check_dtype("dtype", dtype if dtype is not None else V.default_float())
+    dt = (_infer_dtype(matmat, rmatmat, m, n) if dtype is None
+          else V.check_dtype("dtype", dtype))
     checks = [("matmat", matmat, (n, 2), (m, 2)), ("rmatmat", rmatmat, (m, 2), (n, 2))]
     if rows is not None:
         checks.append(("rows", rows, None, (2, n)))
@@ -509,7 +550,44 @@ def implicit_operator(matmat: Callable, rmatmat: Callable, shape: tuple[int, int
             raise ValueError(f"{name} returned shape {tuple(getattr(out, 'shape', ()))} for an "
                              f"input of shape {arg.shape}; expected {want} for an operator of "
                              f"shape {(m, n)}")
+        got = np.dtype(out.dtype)
+        if got != dt:
+            raise TypeError(
+                f"{name} returns {got} for an input of dtype {arg.dtype}, but the operator's "
+                f"dtype is {dt}: pass dtype={got.name} (or leave dtype out to infer it) or "
+                f"make {name} return {dt}")
     return ImplicitOperator(matmat, rmatmat, rows, cols, (m, n), dt.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class _HostProduct:
+    """``A X`` or ``A^H X`` of a scipy ``LinearOperator``, run on the host by
+    ``jax.pure_callback`` (works under jit and vmap; not differentiable)."""
+
+    op: Any
+    adjoint: bool
+    dtype: str
+
+    def __call__(self, X):
+        f = self.op.rmatmat if self.adjoint else self.op.matmat
+        dt = np.dtype(jnp.result_type(self.dtype, X.dtype))
+        out = jax.ShapeDtypeStruct((self.op.shape[1 if self.adjoint else 0], X.shape[1]), dt)
+        return jax.pure_callback(lambda x: np.asarray(f(np.asarray(x)), dt), out, X,
+                                 vmap_method="sequential")
+
+
+def _from_scipy_operator(A, name: str) -> LinearOperator:
+    """A scipy ``LinearOperator``: a ``MatrixLinearOperator`` is unwrapped to its matrix (exact,
+    no host round trip); others call their matmat/rmatmat through ``jax.pure_callback``,
+    which keeps them usable inside jit."""
+    M = getattr(A, "A", None)
+    if isinstance(M, np.ndarray) or sp.issparse(M):
+        return as_operator(M, name=name)
+    m = V.check_int(f"{name}.shape[0]", A.shape[0], low=1)
+    n = V.check_int(f"{name}.shape[1]", A.shape[1], low=1)
+    dt = _float_dtype(name, np.dtype(A.dtype if A.dtype is not None else np.float64)).name
+    return ImplicitOperator(_HostProduct(A, False, dt), _HostProduct(A, True, dt), None, None,
+                            (m, n), dt)
 
 
 # --------------------------------------------------------------------------------------
@@ -519,8 +597,8 @@ def implicit_operator(matmat: Callable, rmatmat: Callable, shape: tuple[int, int
 class FactoredOperator(LinearOperator):
     """``A = L diag(d) R^H`` with ``L`` (m x r), ``R`` (n x r) dense or sparse operators.
 
-    Every protocol method works on the factors, so an m x n matrix with m, n ~ 10^6 and
-    r ~ 400 costs O((nnz(L) + nnz(R)) b) per product and never forms A.
+    Every method works on the factors: a product costs O((nnz(L) + nnz(R)) b), A is never
+    formed (the 10^6 x 10^6 SNN matrix of thesis Section 2.5.3).
     """
 
     L: LinearOperator
@@ -567,19 +645,23 @@ class FactoredOperator(LinearOperator):
         SL = self.L.apply_sketch(sketch)  # l x r, the sketch meets only the sparse factor
         return self.R.H.lmatmat(SL * self.d[None, :])  # (S L) diag(d) R^H, in (l, n) order
 
+    def shards(self, axis):
+        return (self.R if axis else self.L).shards(0)   # A's rows / columns are L's / R's rows
+
 
 def factored_operator(L, d, R) -> FactoredOperator:
-    """``L diag(d) R^H`` from dense/sparse factors (validated). See :class:`FactoredOperator`.
+    """``L diag(d) R^H`` (:class:`FactoredOperator`) from validated dense or sparse factors.
 
-    Sharded factors (jax arrays placed with ``NamedSharding``) are accepted: shard L and R
-    by rows over one mesh (``P("x", None)``) and every product stays local up to one
-    all-reduce of an r x b block. Raises ValueError for factors on different device sets or
-    with differently sharded rank dimensions
-    (:func:`rdr_jax.distributed.check_factor_shardings`).
+    Shard L and R by rows over one mesh (``P("x", None)``) and every product stays local up
+    to one all-reduce of an r x b block.
+
+    Raises:
+      ValueError: mismatched shapes, NaN/Inf in ``d``, or factors on different devices or
+        with differently sharded rank dimensions (``distributed.check_factor_shardings``).
     """
-    check_factor_shardings(L=L, d=d, R=R)
+    distributed.check_factor_shardings(L=L, d=d, R=R)
     Lop, Rop = as_operator(L, name="L"), as_operator(R, name="R")
-    d = jnp.asarray(auto_axes(d))
+    d = jnp.asarray(distributed.auto_axes(d))
     if d.ndim != 1:
         raise ValueError(f"d must be 1-D; got shape {d.shape}")
     if not (Lop.shape[1] == d.shape[0] == Rop.shape[1]):
@@ -591,77 +673,77 @@ def factored_operator(L, d, R) -> FactoredOperator:
 
 # --------------------------------------------------------------------------------------
 def as_operator(A: Any, *, name: str = "A") -> LinearOperator:
-    """Wrap a matrix as a :class:`LinearOperator` (validated at the boundary).
-
-    Accepts jax/numpy arrays, ``scipy.sparse`` matrices/arrays, ``BCOO`` matrices, and
-    existing operators (returned unchanged). Dense inputs keep their dtype; integer/bool
-    inputs raise ``TypeError`` (convert to float explicitly); NaN/Inf raise ``ValueError``.
+    """Wrap a matrix as a :class:`LinearOperator`, validated at the boundary.
 
     Args:
-      A: the matrix.
-      name: argument name used in error messages.
+      A: a jax/numpy array, a ``scipy.sparse`` matrix or array, a ``BCOO``, a scipy
+        ``LinearOperator`` or an operator (returned unchanged). Floating and complex inputs
+        keep their dtype; integer and bool inputs become float64 (float32 without x64), as
+        in scikit-learn.
+      name: the argument's name in error messages.
 
     Returns:
       A pytree :class:`LinearOperator`.
 
-    Example:
-      >>> op = as_operator(scipy.sparse.random(100, 50, density=0.1, format="csr"))
-      >>> op.matmat(jnp.ones((50, 2))).shape
-      (100, 2)
+    Raises:
+      TypeError: an unsupported type or dtype. ValueError: not 2-D, empty, or NaN/Inf in
+        host data (jax arrays are checked through the results, not scanned).
     """
     if isinstance(A, LinearOperator):
         return A
     if isinstance(A, jsparse.BCOO):
         if A.ndim != 2:
             raise ValueError(f"{name} must be 2-D; got a BCOO with shape {A.shape}")
-        _check_float(name, np.dtype(A.dtype))
-        op = SparseOperator.from_bcoo(A)
+        dt = _float_dtype(name, A.dtype)
+        op = SparseOperator.from_bcoo(A if A.dtype == dt else A.astype(dt))
         V.check_array_values(name, op.data_r)
         return op
     if sp.issparse(A):
         if A.ndim != 2:
             raise ValueError(f"{name} must be 2-D; got shape {A.shape}")
-        _check_float(name, A.dtype)
-        _warn_if_downcast(name, A.dtype)
-        op = SparseOperator.from_scipy(A)
+        op = SparseOperator.from_scipy(A, _float_dtype(name, A.dtype))
         V.check_array_values(name, op.data_r)
         return op
+    if isinstance(A, spla.LinearOperator):
+        return _from_scipy_operator(A, name)
     if isinstance(A, (jax.Array, np.ndarray)) or hasattr(A, "__array__"):
         arr = A if isinstance(A, jax.Array) else np.asarray(A)
         if arr.ndim != 2:
             raise ValueError(f"{name} must be a 2-D matrix; got {arr.ndim}-D array of shape "
                              f"{arr.shape}")
-        _check_float(name, np.dtype(arr.dtype))
+        dt = _float_dtype(name, arr.dtype)
         if 0 in arr.shape:
             raise ValueError(f"{name} is empty (shape {arr.shape})")
         if not isinstance(arr, jax.Array):
-            _warn_if_downcast(name, np.dtype(arr.dtype))
-            # host (numpy) inputs are checked here; a jax array lives on the device, so its
-            # finiteness is checked inside the computation (a host pass over A would cost
-            # ~ one GEMM): the algorithms warn from the running computation when their
-            # results are not finite (_validation.warn_if_nonfinite)
-            V.check_array_values(name, arr)
-        return DenseOperator(jnp.asarray(auto_axes(arr)))
+            V.check_array_values(name, arr)   # jax arrays: checked through the results
+        if arr.dtype != dt:
+            arr = arr.astype(dt)
+        return DenseOperator(jnp.asarray(distributed.auto_axes(arr)))
     raise TypeError(f"{name} must be an array, scipy.sparse matrix, BCOO or LinearOperator; "
                     f"got {type(A).__name__}")
 
 
-def _warn_if_downcast(name: str, dtype: np.dtype) -> None:
-    """One clear warning when 64-bit host data will be computed in 32 bits because JAX's
-    x64 mode is off (JAX itself converts silently)."""
-    if np.dtype(dtype) in (np.dtype(np.float64), np.dtype(np.complex128)) \
-            and not jax.config.jax_enable_x64:
-        warnings.warn(
-            f"{name} is {np.dtype(dtype)} but jax_enable_x64 is off, so rdr_jax computes in "
-            f"{'float32' if np.dtype(dtype).kind == 'f' else 'complex64'} (about 7 significant "
-            "digits). For float64, run jax.config.update('jax_enable_x64', True) at startup "
-            "or call inside `with jax.enable_x64(True):`; to silence this, pass "
-            f"{name}.astype(np.float32).", UserWarning, stacklevel=3)
-
-
-def _check_float(name: str, dtype: np.dtype) -> None:
-    if dtype.kind not in "fc":
+def _float_dtype(name: str, dtype: Any) -> np.dtype:
+    """The dtype rdr_jax computes ``name`` in: its own for float32/float64/complex, float64
+    for integers and bools (as scikit-learn), canonicalised for JAX (one warning when x64 is
+    off and 64-bit data is computed in 32 bits)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iub":
+        want = np.dtype(np.float64)
+    elif dtype in V.REAL_DTYPES + V.COMPLEX_DTYPES:
+        want = dtype
+    elif dtype.kind in "fc":
+        raise TypeError(f"{name} has unsupported dtype {dtype}; use float32/float64")
+    else:
         raise TypeError(f"{name} has dtype {dtype}; rdr_jax works on float32/float64 (or "
                         f"complex) matrices: convert with A.astype(np.float32/np.float64)")
-    if dtype not in V.REAL_DTYPES + V.COMPLEX_DTYPES:
-        raise TypeError(f"{name} has unsupported dtype {dtype}; use float32/float64")
+    got = np.dtype(jax.dtypes.canonicalize_dtype(want))
+    if got != want:
+        conv = f" (integers and bools are computed as {want})" if dtype != want else ""
+        warnings.warn(
+            f"{name} is {dtype}{conv} but jax_enable_x64 is off, so rdr_jax computes in {got} "
+            "(about 7 significant digits). For float64, run "
+            "jax.config.update('jax_enable_x64', True) at startup or call inside "
+            f"`with jax.enable_x64(True):`; to silence this, pass {name}.astype(np.float32).",
+            UserWarning, stacklevel=V.user_stacklevel())
+    return got

@@ -133,7 +133,7 @@ def test_complex_adjoint(rng):
 def test_factored_apply_sketch_never_touches_dense(rng):
     """Sketching a factored operator goes through the left factor only."""
     op, ref = _make("factored_sparse", rng, np.float32)
-    S = R.sketching.sparse_sign(jax.random.key(3), 8, M, 3)
+    S = R.SparseSign(3).draw(jax.random.key(3), 8, M)
     np.testing.assert_allclose(np.asarray(S.apply(op)), np.asarray(S.todense()) @ ref,
                                atol=1e-4 * np.abs(ref).max() * M)
 
@@ -272,3 +272,63 @@ def test_sparse_product_lowering_ffi_on_cpu_xla_on_gpu_tpu(rng):
     for platform in ("cuda", "tpu"):
         hlo = f.trace(op, X).lower(lowering_platforms=(platform,)).as_text()
         assert "custom_call @rdr_jax" not in hlo
+
+
+EXPLICIT = {"numpy": True, "jax": True, "csr": True, "coo_dup": True, "bcoo": True,
+            "implicit": False, "factored_sparse": False, "factored_dense": False}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_explicit_entry_methods(kind, dtype, rng):
+    """explicit, max_exponent, ldexp, fro_norm_sq, residual_fro, shards, to_numpy."""
+    op, ref = _make(kind, rng, dtype)
+    ref64 = ref.astype(np.float64)
+    host = op.to_numpy()
+    assert host.dtype == np.float64
+    np.testing.assert_allclose(host, ref64, rtol=10 * rtol(dtype), atol=1e-6)
+    assert op.shards(0) == op.shards(1) == 1
+    Q = jnp.asarray(np.linalg.qr(rng.standard_normal((N, 4)))[0].astype(dtype))
+    if not EXPLICIT[kind]:
+        assert not op.explicit
+        for got in (op.max_exponent(), op.ldexp(3), op.fro_norm_sq(),
+                    op.residual_fro(op.matmat(Q), Q)):
+            assert got is None
+        return
+    assert op.explicit and type(op.ldexp(0)) is type(op)
+    assert int(op.max_exponent()) == int(np.floor(np.log2(np.abs(ref64).max())))
+    np.testing.assert_array_equal(np.asarray(op.ldexp(-3).todense()), np.asarray(ref) / 8)
+    np.testing.assert_allclose(float(op.fro_norm_sq()), np.sum(ref64 ** 2), rtol=rtol(dtype))
+    Qn = np.asarray(Q, np.float64)
+    want = np.linalg.norm(ref64 - ref64 @ Qn @ Qn.T)
+    got = float(op.residual_fro(op.matmat(Q), Q))
+    np.testing.assert_allclose(got, want, rtol=100 * rtol(dtype))
+    # no overflow or underflow at extreme scales (power-of-two scalings are exact)
+    for k in (100, -100) if dtype == np.float32 else (1000, -1000):
+        big = op.ldexp(k)
+        r = float(big.residual_fro(big.matmat(Q), Q))
+        assert np.isfinite(r) and r > 0
+        np.testing.assert_allclose(np.log2(r) - k, np.log2(want), atol=1e-3)
+        assert int(big.max_exponent()) == int(op.max_exponent()) + k
+
+
+def test_explicit_methods_under_jit(rng):
+    A = rng.standard_normal((M, N)).astype(np.float32)
+    for op in (R.as_operator(A), R.as_operator(sp.csr_matrix(A))):
+        e, f2, scaled = jax.jit(lambda o, k: (o.max_exponent(), o.fro_norm_sq(),
+                                              o.ldexp(k).todense()))(op, 2)
+        assert e.dtype == jnp.int32 and int(e) == int(np.floor(np.log2(np.abs(A).max())))
+        np.testing.assert_allclose(float(f2), np.sum(A.astype(np.float64) ** 2), rtol=1e-5)
+        np.testing.assert_array_equal(np.asarray(scaled), 4 * A)
+
+
+def test_shards_of_sharded_dense_and_factored(rng):
+    ndev = jax.device_count()
+    mesh = jax.make_mesh((ndev,), ("x",))
+    A = R.shard(rng.standard_normal((4 * ndev, 6)).astype(np.float32), mesh,
+                jax.sharding.PartitionSpec("x", None))
+    op = R.as_operator(A)
+    assert op.shards(0) == R.distributed.row_shards(op) == R.distributed.row_shards(A) == ndev
+    assert op.shards(1) == R.distributed.col_shards(op) == 1
+    f = R.factored_operator(A, np.ones(6, np.float32), np.ones((5, 6), np.float32))
+    assert f.shards(0) == ndev and f.shards(1) == 1
+    assert R.distributed.row_shards(object()) == 1

@@ -15,13 +15,13 @@ from tests.conftest import rtol
 L, MM = 8, 24
 
 MAKERS = {
-    "gaussian": lambda k, l, m, dt: S.gaussian(k, l, m, dtype=dt),
-    "gaussian_hash": lambda k, l, m, dt: S.gaussian(k, l, m, dtype=dt, generator="hash"),
-    "srtt_dct": lambda k, l, m, dt: S.srtt(k, l, m, dtype=dt),
-    "srtt_hartley": lambda k, l, m, dt: S.srtt(k, l, m, dtype=dt, transform="hartley"),
-    "srtt_nopermute": lambda k, l, m, dt: S.srtt(k, l, m, dtype=dt, permute=False),
-    "sparse_sign": lambda k, l, m, dt: S.sparse_sign(k, l, m, 3, dtype=dt),
-    "sparse_sign_z1": lambda k, l, m, dt: S.sparse_sign(k, l, m, 1, dtype=dt),
+    "gaussian": lambda k, l, m, dt: S.Gaussian("threefry").draw(k, l, m, dtype=dt),
+    "gaussian_hash": lambda k, l, m, dt: S.Gaussian().draw(k, l, m, dtype=dt),
+    "srtt_dct": lambda k, l, m, dt: S.SRTT().draw(k, l, m, dtype=dt),
+    "srtt_hartley": lambda k, l, m, dt: S.SRTT("hartley").draw(k, l, m, dtype=dt),
+    "srtt_nopermute": lambda k, l, m, dt: S.SRTT(permute=False).draw(k, l, m, dtype=dt),
+    "sparse_sign": lambda k, l, m, dt: S.SparseSign(3).draw(k, l, m, dtype=dt),
+    "sparse_sign_z1": lambda k, l, m, dt: S.SparseSign(1).draw(k, l, m, dtype=dt),
 }
 
 
@@ -44,8 +44,8 @@ def test_isotropy_monte_carlo(name, dtype):
 def test_complex_isotropy(name):
     with jax.enable_x64(True):
         keys = jax.random.split(jax.random.key(1), 3000)
-        mk = S.gaussian if name == "gaussian" else S.srtt
-        G = np.asarray(jax.vmap(lambda k: mk(k, L, MM, dtype=np.complex128).todense())(keys))
+        mk = S.Gaussian("threefry") if name == "gaussian" else S.SRTT()
+        G = np.asarray(jax.vmap(lambda k: mk.draw(k, L, MM, dtype=np.complex128).todense())(keys))
         GhG = np.einsum("bij,bik->bjk", G.conj(), G)
         se = np.sqrt((np.abs(GhG - GhG.mean(0)) ** 2).mean(0) / len(keys))
         assert np.all(np.abs(GhG.mean(0) - np.eye(MM)) <= 6 * se + 1e-9)
@@ -121,7 +121,7 @@ def test_vmap_over_keys(name, rng):
 
 def test_sparse_sign_structure_and_impls(rng):
     m, l, zeta = 500, 16, 5
-    sk = S.sparse_sign(jax.random.key(3), l, m, zeta, dtype=np.float64)
+    sk = S.SparseSign(zeta).draw(jax.random.key(3), l, m, dtype=np.float64)
     rows = np.asarray(sk.rows)
     assert rows.shape == (m, zeta) and rows.min() >= 0 and rows.max() < l
     assert all(len(set(r)) == zeta for r in rows), "rows within a column must be distinct"
@@ -133,7 +133,7 @@ def test_sparse_sign_structure_and_impls(rng):
     assert scipy.stats.chisquare(counts).pvalue > 1e-4
     # the CPU kernel (default) and XLA's scatter-add agree
     A = jnp.asarray(rng.standard_normal((m, 9)).astype(np.float32))
-    sk32 = S.sparse_sign(jax.random.key(3), l, m, zeta, dtype=np.float32)
+    sk32 = S.SparseSign(zeta).draw(jax.random.key(3), l, m, dtype=np.float32)
     np.testing.assert_allclose(np.asarray(sk32.apply_dense(A)),
                                np.asarray(sk32.apply_dense(A, impl="xla")), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="impl"):
@@ -151,7 +151,7 @@ def _x64(dt):
 def _sparse_sign_case(dt, seed=0, m=SS_M, n=SS_N):
     """A sparse sign sketch, a dense A and the float64 dense reference Gamma (l x m)."""
     rng = np.random.default_rng(seed)
-    sk = S.sparse_sign(jax.random.key(seed), SS_L, m, SS_Z, dtype=dt)
+    sk = S.SparseSign(SS_Z).draw(jax.random.key(seed), SS_L, m, dtype=dt)
     A = jnp.asarray(rng.standard_normal((m, n)).astype(dt))
     return sk, A, np.asarray(sk.todense(), np.float64)
 
@@ -167,7 +167,7 @@ def test_sparse_sign_jit_eager_and_xla_match_dense_reference(dt, threads, monkey
         tol = 20 * rtol(dt) * np.abs(want).max()
         got = {"eager": sk.apply(A),
                "jit": jax.jit(lambda s, A: s.apply(A))(sk, A),
-               "jit draw+apply": jax.jit(lambda k, A: S.sparse_sign(k, SS_L, SS_M, SS_Z, dtype=dt)
+               "jit draw+apply": jax.jit(lambda k, A: S.SparseSign(SS_Z).draw(k, SS_L, SS_M, dtype=dt)
                                          .apply(A))(jax.random.key(0), A),
                "xla": jax.jit(lambda s, A: s.apply_dense(A, impl="xla"))(sk, A)}
         for name, out in got.items():
@@ -217,8 +217,8 @@ def test_sparse_sign_grad_jvp_vjp_match_dense_reference(dt):
         np.testing.assert_allclose(np.asarray(hvp), G.T @ (G @ np.asarray(dA, np.float64)),
                                    atol=tol * 10)
         # and w.r.t. the signs (d<W, Gamma A>/d signs[j, t] = <W[rows[j, t]], A[j]>)
-        gs = jax.grad(lambda s: jnp.sum(W * S.SparseSignSketch(
-            sk.rows, s, sk.l, sk.m, sk.zeta, sk.dtype_).apply(A)))(sk.signs)
+        gs = jax.grad(lambda s: jnp.sum(W * S.SparseSign(
+            sk.zeta, sk.rows, s, sk.l, sk.m, sk.dtype_).apply(A)))(sk.signs)
         rows = np.asarray(sk.rows)
         want = np.einsum("jtc,jc->jt", np.asarray(W, np.float64)[rows], np.asarray(A, np.float64))
         np.testing.assert_allclose(np.asarray(gs), want, atol=tol * 10)
@@ -228,7 +228,7 @@ def test_sparse_sign_vmap_over_keys_and_matrices():
     sk, A, _ = _sparse_sign_case(np.float32)
     keys = jax.random.split(jax.random.key(5), 4)
     As = jnp.stack([A, 2 * A, -A, A[::-1]])
-    draw = lambda k: S.sparse_sign(k, SS_L, SS_M, SS_Z, dtype=np.float32)  # noqa: E731
+    draw = lambda k: S.SparseSign(SS_Z).draw(k, SS_L, SS_M, dtype=np.float32)  # noqa: E731
     refs = [np.asarray(draw(k).todense(), np.float64) for k in keys]
     cases = {
         "keys, shared A": (jax.jit(jax.vmap(lambda k: draw(k).apply(A)))(keys),
@@ -274,7 +274,7 @@ def test_sparse_sign_times_sparse_matches_dense_reference(dt, monkeypatch):
         rng = np.random.default_rng(2)
         Sp = sp.random(SS_M, 9, density=0.05, random_state=rng).astype(dt)
         op = R.as_operator(Sp)
-        sk = S.sparse_sign(jax.random.key(4), SS_L, SS_M, SS_Z, dtype=dt)
+        sk = S.SparseSign(SS_Z).draw(jax.random.key(4), SS_L, SS_M, dtype=dt)
         G = np.asarray(sk.todense(), np.float64)
         want = G @ Sp.toarray()
         tol = 20 * rtol(dt) * max(1.0, np.abs(want).max())
@@ -289,9 +289,9 @@ def test_sparse_sign_times_sparse_matches_dense_reference(dt, monkeypatch):
         cols = np.repeat(np.arange(9), np.diff(csc.indptr))
         np.testing.assert_allclose(np.asarray(g), (G.T @ want)[csc.indices, cols], atol=tol)
         keys = jax.random.split(jax.random.key(6), 3)
-        got = jax.vmap(lambda k: S.sparse_sign(k, SS_L, SS_M, SS_Z, dtype=dt).apply(op))(keys)
+        got = jax.vmap(lambda k: S.SparseSign(SS_Z).draw(k, SS_L, SS_M, dtype=dt).apply(op))(keys)
         for k, out in zip(keys, got):
-            ref = np.asarray(S.sparse_sign(k, SS_L, SS_M, SS_Z, dtype=dt).todense()) @ Sp.toarray()
+            ref = np.asarray(S.SparseSign(SS_Z).draw(k, SS_L, SS_M, dtype=dt).todense()) @ Sp.toarray()
             np.testing.assert_allclose(np.asarray(out), ref, atol=tol)
 
 
@@ -319,7 +319,7 @@ def test_srtt_matches_explicit_formula():
     """Gamma = sqrt(m/l) P T Phi Pi with T the orthonormal DCT-II, built by hand."""
     with jax.enable_x64(True):
         m, l = 16, 5
-        sk = S.srtt(jax.random.key(9), l, m, dtype=np.float64)
+        sk = S.SRTT().draw(jax.random.key(9), l, m, dtype=np.float64)
         T = scipy.fft.dct(np.eye(m), type=2, norm="ortho", axis=0)
         Pi = np.eye(m)[np.asarray(sk.perm)]
         Phi = np.diag(np.asarray(sk.signs))
@@ -335,3 +335,26 @@ def test_make_sketch_and_matmul_operator(rng):
     np.testing.assert_allclose(np.asarray(sk @ A), np.asarray(sk.todense()) @ A, rtol=1e-5,
                                atol=1e-6)
     assert sk.shape == (4, MM) and "SparseSign" in repr(sk)
+
+
+def test_one_name_per_sketch_old_names_warn():
+    """``Gaussian``/``SRTT``/``SparseSign`` are both the choice and the drawn sketch; the 0.1
+    names (``GaussianSketch``, ``gaussian()``, ...) still work with a DeprecationWarning."""
+    key = jax.random.key(2)
+    for cls, old_cls, old_fn, args in ((S.Gaussian, "GaussianSketch", "gaussian", ()),
+                                       (S.SRTT, "SRTTSketch", "srtt", ()),
+                                       (S.SparseSign, "SparseSignSketch", "sparse_sign", (3,))):
+        drawn = cls(*args).draw(key, 4, 12)
+        assert isinstance(drawn, cls) and drawn.shape == (4, 12)
+        choice = S.as_sketch(drawn)          # a drawn sketch gives its configuration
+        assert type(choice) is cls and choice.l is None and hash(choice) == hash(choice)
+        assert S.as_sketch(cls.name) == cls()
+        with pytest.warns(DeprecationWarning, match=f"sketching.{old_cls} is deprecated.*"
+                                                    f"use rdr_jax.sketching.{cls.__name__}"):
+            assert getattr(S, old_cls) is cls
+        with pytest.warns(DeprecationWarning, match=f"sketching.{old_fn} is deprecated"):
+            old = getattr(S, old_fn)(key, 4, 12, *args)
+        np.testing.assert_array_equal(np.asarray(old.todense()), np.asarray(drawn.todense()))
+    assert hash(S.Gaussian()) == hash(S.Gaussian()) and "GaussianSketch" not in S.__all__
+    with pytest.raises(AttributeError):
+        S.gaussian_sketch  # noqa: B018

@@ -1,22 +1,9 @@
 """Exact power-of-two rescaling and logarithms that survive extreme scales and subnormals.
 
-Scale-invariant quantities (the pivoting factor ``eta``, canonical angles, ratios of singular
-values) must not depend on whether a matrix is stored as ``X`` or ``1e30 X``; but Gram
-products and powers over- or underflow long before the inputs do. The cure is to rescale by a
-power of two first, which is exact (no rounding) whenever the result is a normal number.
-
-Doing that with floating-point arithmetic is not enough: XLA on CPU runs with
-denormals-are-zero / flush-to-zero, so a subnormal input *reads* as 0 in every float op
-(``jnp.max(jnp.abs(x))``, ``x * 2**100``, ``jnp.ldexp``, ``jnp.frexp``, ``jnp.log`` all see 0).
-These helpers therefore decode the IEEE bit pattern with integer ops (which no FTZ mode
-touches) and rebuild the scaled value from its integer significand, so subnormal inputs are
-scaled up exactly, on every backend. All functions are elementwise or reductions,
-jit/vmap compatible, with no host synchronisation.
-
-* :func:`max_exponent` -- ``floor(log2 max|x|)`` over an array (integer; a sentinel for zero).
-* :func:`ldexp` -- ``x * 2**n``, exact where the result is representable.
-* :func:`normalize` -- ``(x * 2**-e, e)`` with ``e = max_exponent(x)``: max-abs entry in [1, 2).
-* :func:`log_abs` -- ``log|x|``, exact for subnormal ``x`` too.
+:func:`max_exponent` (``floor(log2 max|x|)``), :func:`ldexp` (``x 2^n``), :func:`normalize`
+and :func:`log_abs` decode the IEEE bits with integer ops. Why: XLA on CPU flushes subnormals
+to zero in every float op, so ``jnp.ldexp``/``jnp.frexp``/``jnp.log`` read them as 0
+(``docs/operators.md``). All are elementwise or reductions, jit/vmap compatible.
 """
 
 from __future__ import annotations
