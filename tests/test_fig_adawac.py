@@ -256,6 +256,8 @@ def test_weights_and_synapse_real_training(fig, tmp_path):
     assert w["num_slices"] == 32 and len(w["per_epoch"]) == 1
     assert len(w["final_beta"]) == 32 and all(0 < b < 1 for b in w["final_beta"])
     assert all(isinstance(c["held"], bool) for c in res["claims"].values())
+    # one snapshot: the CE separation cannot grow from the first to the last epoch
+    assert res["claims"]["weights/a_ce_separates"]["held"] is False
     res = fig.main(["--figure", "synapse", "--quick", "--steps", "2", "--out", str(tmp_path),
                     *TINY])
     _check_outputs(tmp_path, ["synapse"])

@@ -1,13 +1,8 @@
-"""Chapter 5: AdaWAC -- adaptively weighted augmentation consistency for segmentation.
+"""Chapter 5: AdaWAC, adaptively weighted augmentation consistency for segmentation.
 
-Submodules: ``transform`` (the optax mirror-ascent transform for the per-sample weights beta,
-``alg:srw_dac``), ``losses`` (cross-entropy, dice, encoder consistency, the WAC objective),
-``metrics`` (per-volume DSC and HD95), ``data`` (Synapse / ACDC loaders, subsets),
-``phantom`` / ``cardiac_phantom`` (synthetic CT / cine-MRI stand-ins), ``augment`` (the
-two-view augmentation), ``train`` (AdaWAC and baselines: the step, on the loop both chapters
-share, :func:`rdr_jax.training.fit`), ``configs`` (the experiment configs; leaves that import
-no trainer), ``plots`` (beta/CE/consistency heatmaps and segmentation overlays; imported
-separately because it loads matplotlib).
+Submodules: ``transform`` (the beta step), ``losses``, ``metrics``, ``data``, ``phantom`` /
+``cardiac_phantom``, ``augment``, ``train`` (on :func:`rdr_jax.training.fit`), ``configs``,
+``plots`` (imported separately: it loads matplotlib).
 """
 
 from rdr_jax.adawac.augment import (AugmentParams, TwoViews, augment, batch_two_views,

@@ -1,43 +1,10 @@
-"""Two-view augmentation of AdaWAC in JAX (thesis ``sec:experiments_adawac``, ``eq:dac``).
+"""Two-view augmentation of AdaWAC in JAX (thesis Section 5.5, Eq. (5.3)).
 
-The consistency term ``eq:dac`` compares the encoder outputs of two independently augmented
-views ``A_1(x), A_2(x)`` of the same slice. Following the TransUNet / AdaWAC reference
-pipeline (implementation notes, "Chapter 5"), one draw ``A ~ \\mathcal{A}`` is
-
-* with probability 1/2: ``rot90`` by ``k ~ U{0,1,2,3}``
-  quarter turns (``np.rot90(x, k)``, counter-clockwise in the array plane) followed by a flip
-  along ``axis ~ U{0, 1}`` (``np.flip(., axis)``), the reference's ``random_rot_flip``;
-* otherwise: a rotation by an integer angle ``theta ~ U{-20, ..., 19}`` degrees about the
-  image centre, nearest-neighbour interpolation, zero fill, same shape, i.e. exactly
-  ``scipy.ndimage.rotate(x, theta, order=0, reshape=False, cval=0)`` (``random_rotate``).
-
-The label map undergoes the same transform (nearest neighbour, fill 0 = background), so
-image and label stay aligned. (The reference draws ``angle`` with ``np.random.randint(-20,
-20)``, hence the half-open range.)
-
-Every one of the ``8 + 2 * max_angle`` possible transforms is a fixed map ``out[p] =
-in[src(p)]`` (or 0 where ``src(p)`` falls outside the image), so the augmentation is one
-gather from a per-shape table of source indices. The rotation table is computed on the host
-in float64 with scipy's conventions (output pixel ``o`` reads input coordinate ``R (o - c) +
-c`` with ``R = [[cos, sin], [-sin, cos]]``, ``c = (n - 1) / 2``; a coordinate is inside iff
-``0 <= x <= n - 1``; nearest neighbour is ``floor(x + 1/2)``), which reproduces scipy bit
-for bit in float32 and float64 alike (a float32 on-device coordinate computation would flip
-the rounding of near-tie pixels). Images must be square (``rot90`` by an odd ``k`` would
-change the shape); the loaders resize slices to a square model size first (the reference
-augments the full-size slice and then resizes; for the square Synapse slices both orders
-commute up to interpolation).
-
-Public API: :func:`sample_augment_params`, :func:`apply_augmentation`, :func:`augment`,
-:func:`two_views` (one slice; ``jax.vmap`` over keys for a batch) and
-:func:`batch_two_views` (the vmapped batch version used by the training step).
-
-Example:
-    >>> import jax, jax.numpy as jnp
-    >>> from rdr_jax.adawac.augment import batch_two_views
-    >>> x = jnp.zeros((4, 32, 32)); y = jnp.zeros((4, 32, 32), jnp.int32)
-    >>> v = jax.jit(batch_two_views)(jax.random.key(0), x, y)
-    >>> v.image1.shape, v.label2.dtype
-    ((4, 32, 32), dtype('int32'))
+One draw is, with probability 1/2, ``rot90`` by ``k`` quarter turns then a flip, else a
+rotation by an integer angle in ``[-20, 20)`` degrees (nearest neighbour, zero fill), as the
+TransUNet / AdaWAC reference; the label map gets the same transform. Each transform is one
+gather from a per-shape table that reproduces scipy bit for bit. Why: exact, jit-able views
+for the consistency term. Conventions: ``docs/training.md`` ("AdaWAC augmentation").
 """
 
 from __future__ import annotations
@@ -69,13 +36,12 @@ MAX_ANGLE = 20
 
 
 class AugmentParams(NamedTuple):
-    """One draw ``A ~ \\mathcal{A}`` (scalars; batched along a leading axis under vmap).
+    """One draw (scalars; batched along a leading axis under vmap).
 
     Attributes:
-        rot_flip: bool, True for the rot90 + flip branch, False for the small rotation.
-        k: int32 in ``{0, 1, 2, 3}``, the number of counter-clockwise quarter turns.
-        axis: int32 in ``{0, 1}``, the flip axis (applied after the rot90).
-        angle: int32 in ``[-max_angle, max_angle)``, rotation in degrees (scipy's sign).
+        rot_flip: True for the rot90 + flip branch, False for the small rotation.
+        k: quarter turns in ``{0..3}``. axis: flip axis in ``{0, 1}``.
+        angle: degrees in ``[-max_angle, max_angle)`` (scipy's sign).
     """
 
     rot_flip: Bool[Array, ""]
@@ -99,24 +65,9 @@ def num_transforms(max_angle: int = MAX_ANGLE) -> int:
 
 
 def rotation_source_index(n_rows: int, n_cols: int, angle: float) -> np.ndarray:
-    """Flat source index of every output pixel of ``scipy.ndimage.rotate(order=0, reshape=False)``.
-
-    For output pixel ``o = (r, q)`` the input coordinate is ``x = R (o - c) + c`` with ``R =
-    [[cos t, sin t], [-sin t, cos t]]`` (degrees, ``scipy.special.cosdg``/``sindg``) and ``c
-    = ((n_rows - 1) / 2, (n_cols - 1) / 2)``; it reads input pixel ``floor(x + 1/2)`` when
-    ``0 <= x <= n - 1`` in both coordinates and the fill value otherwise (scipy's ``mode=
-    'constant'`` rule for ``order=0``).
-
-    Args:
-        n_rows, n_cols: image shape (any, not necessarily square).
-        angle: rotation in degrees.
-
-    Returns:
-        int32 array ``(n_rows * n_cols,)``; ``-1`` marks fill pixels.
-
-    Example:
-        >>> rotation_source_index(3, 3, 0.0).tolist()
-        [0, 1, 2, 3, 4, 5, 6, 7, 8]
+    """Flat source index of every output pixel of
+    ``scipy.ndimage.rotate(x, angle, order=0, reshape=False)`` (``-1``: fill), computed on the
+    host in float64 with scipy's conventions.
     """
     c, s = scipy.special.cosdg(angle), scipy.special.sindg(angle)
     m = np.array([[c, s], [-s, c]])
@@ -134,11 +85,7 @@ def rotation_source_index(n_rows: int, n_cols: int, angle: float) -> np.ndarray:
 
 
 def _rot_flip_source_index(n: int, k: int, axis: int) -> np.ndarray:
-    """Flat source index of ``np.flip(np.rot90(x, k), axis)`` for an ``n x n`` image.
-
-    ``np.rot90(x, 1)[i, j] = x[j, n-1-i]``, ``k = 2``: ``x[n-1-i, n-1-j]``, ``k = 3``:
-    ``x[n-1-j, i]``; the flip then reads row ``n-1-i`` (``axis=0``) or column ``n-1-j``.
-    """
+    """Flat source index of ``np.flip(np.rot90(x, k), axis)``, ``n x n``."""
     i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
     if axis == 0:
         i = n - 1 - i
@@ -182,24 +129,14 @@ def _check_pair(image, label) -> tuple[int, int]:
 
 
 def sample_augment_params(key, *, max_angle: int = MAX_ANGLE) -> AugmentParams:
-    """Draw ``A ~ \\mathcal{A}``: the branch, ``k``, ``axis`` and ``angle`` (thesis ``eq:dac``).
-
-    ``rot_flip ~ Bernoulli(1/2)`` (the reference's ``random.random() > 0.5``), ``k ~
-    U{0..3}``, ``axis ~ U{0, 1}``, ``angle ~ U{-max_angle .. max_angle - 1}`` (the reference's
-    ``np.random.randint(-20, 20)``); all four are drawn from one ``jax.random.bits`` call and
-    the branch decides which are used.
+    """Draw the branch, ``k``, ``axis`` and ``angle`` of one transform
+    (one ``jax.random.bits`` call).
 
     Args:
-        key: a JAX PRNG key.
-        max_angle: static Python int >= 1 (default 20, the reference's setting).
+        key: PRNG key. max_angle: static int >= 1 (20, the reference's).
 
     Returns:
-        :class:`AugmentParams` of scalars.
-
-    Example:
-        >>> p = sample_augment_params(jax.random.key(0))
-        >>> bool(0 <= int(p.k) < 4)
-        True
+        :class:`AugmentParams`.
     """
     key = check_key(key)
     max_angle = check_int("max_angle", max_angle, low=1, high=179)
@@ -219,28 +156,11 @@ def sample_augment_params(key, *, max_angle: int = MAX_ANGLE) -> AugmentParams:
 def apply_augmentation(params: AugmentParams, image: Float[Array, "h w"],
                        label: Int[Array, "h w"], *, max_angle: int = MAX_ANGLE
                        ) -> tuple[Float[Array, "h w"], Int[Array, "h w"]]:
-    """Apply one transform ``A`` to a slice and its label map (same map, nearest neighbour).
-
-    ``A(x) = flip(rot90(x, k), axis)`` if ``params.rot_flip`` else
-    ``scipy.ndimage.rotate(x, angle, order=0, reshape=False, cval=0)``; the label gets the
-    identical index map with fill 0 (background). Implemented as one gather from a cached
-    per-shape table of source indices (see the module docstring), so it is exact, jit-able
-    and vmap-able over ``params``/``image``/``label``.
-
-    Args:
-        params: :class:`AugmentParams` (traced scalars are fine).
-        image: ``(n, n)`` floating slice.
-        label: ``(n, n)`` integer class map.
-        max_angle: static, must match the value used to draw ``params``.
+    """Apply one transform to a square slice and its label map (one
+    gather; label fill 0). ``max_angle`` must match the one ``params`` were drawn with.
 
     Returns:
-        ``(image_aug, label_aug)`` with the input shapes and dtypes.
-
-    Example:
-        >>> p = AugmentParams(jnp.array(True), jnp.array(1), jnp.array(0), jnp.array(0))
-        >>> x = jnp.arange(4.0).reshape(2, 2)
-        >>> apply_augmentation(p, x, jnp.zeros((2, 2), jnp.int32))[0].tolist()
-        [[0.0, 2.0], [1.0, 3.0]]
+        ``(image_aug, label_aug)``.
     """
     n, _ = _check_pair(image, label)
     max_angle = check_int("max_angle", max_angle, low=1, high=179)
@@ -258,22 +178,7 @@ def apply_augmentation(params: AugmentParams, image: Float[Array, "h w"],
 
 def augment(key, image: Float[Array, "h w"], label: Int[Array, "h w"], *,
             max_angle: int = MAX_ANGLE) -> tuple[Float[Array, "h w"], Int[Array, "h w"]]:
-    """One random augmentation ``A(x), A(y)`` with ``A ~ \\mathcal{A}`` (module docstring).
-
-    Args:
-        key: a JAX PRNG key.
-        image: ``(n, n)`` floating slice.
-        label: ``(n, n)`` integer class map.
-        max_angle: static Python int (default 20).
-
-    Returns:
-        ``(image_aug, label_aug)``.
-
-    Example:
-        >>> xa, ya = augment(jax.random.key(1), jnp.ones((8, 8)), jnp.ones((8, 8), jnp.int32))
-        >>> xa.shape
-        (8, 8)
-    """
+    """One random augmentation ``(A(x), A(y))`` of a square slice and its labels."""
     _check_pair(image, label)
     params = sample_augment_params(key, max_angle=max_angle)
     return apply_augmentation(params, image, label, max_angle=max_angle)
@@ -281,25 +186,11 @@ def augment(key, image: Float[Array, "h w"], label: Int[Array, "h w"], *,
 
 def two_views(key, image: Float[Array, "h w"], label: Int[Array, "h w"], *,
               max_angle: int = MAX_ANGLE) -> TwoViews:
-    """Two i.i.d. augmentations ``(A_j(x), A_j(y))``, ``j = 1, 2``, ``A_j ~ \\mathcal{A}``.
-
-    The pair feeds the consistency regulariser ``eq:dac`` (``lambda rho(phi(A_1 x), phi(A_2
-    x))``) and the two supervised terms of AdaWAC (``alg:srw_dac``). ``key`` is split in two,
-    one sub-key per view.
-
-    Args:
-        key: a JAX PRNG key.
-        image: ``(n, n)`` floating slice.
-        label: ``(n, n)`` integer class map.
-        max_angle: static Python int (default 20).
+    """Two i.i.d. augmentations ``(A_j(x), A_j(y))``, ``j = 1, 2`` (Eq. (5.3),
+    Algorithm 6); one sub-key per view.
 
     Returns:
         :class:`TwoViews`.
-
-    Example:
-        >>> v = two_views(jax.random.key(0), jnp.ones((8, 8)), jnp.ones((8, 8), jnp.int32))
-        >>> v.image1.shape == v.image2.shape == (8, 8)
-        True
     """
     key = check_key(key)
     k1, k2 = jax.random.split(key)
@@ -310,22 +201,8 @@ def two_views(key, image: Float[Array, "h w"], label: Int[Array, "h w"], *,
 
 def batch_two_views(key, images: Float[Array, "b h w"], labels: Int[Array, "b h w"], *,
                     max_angle: int = MAX_ANGLE) -> TwoViews:
-    """:func:`two_views` for a batch: ``jax.vmap`` over ``jax.random.split(key, b)``.
-
-    Args:
-        key: a JAX PRNG key.
-        images: ``(b, n, n)`` floating slices.
-        labels: ``(b, n, n)`` integer class maps.
-        max_angle: static Python int (default 20).
-
-    Returns:
-        :class:`TwoViews` with a leading batch axis.
-
-    Example:
-        >>> v = batch_two_views(jax.random.key(0), jnp.ones((2, 8, 8)),
-        ...                     jnp.ones((2, 8, 8), jnp.int32))
-        >>> v.label1.shape
-        (2, 8, 8)
+    """:func:`two_views` for a batch ``(b, n, n)`` (vmap over
+    ``jax.random.split(key, b)``).
     """
     key = check_key(key)
     if not hasattr(images, "ndim") or images.ndim != 3:

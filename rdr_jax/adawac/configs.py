@@ -1,34 +1,8 @@
-"""Configs for AdaWAC and its baselines (thesis ``sec:experiments_adawac``, ``app:imp``).
+"""Configs for AdaWAC and its baselines (thesis Section 5.5, C.4).
 
-Each function returns an ``ml_collections.ConfigDict`` for
-:func:`rdr_jax.adawac.train.train` and takes ``quick`` (CI-sized: the synthetic phantom, the
-tiny CPU network, a few dozen steps; same code path). Fields:
-
-* ``method``: ``adawac`` (default), ``erm``, ``trim-train``, ``trim-train+acr``,
-  ``trim-ratio``, ``trim-ratio+acr``, ``pseudo-adawac``, ``reweight-only``, ``acr-only``
-  (:data:`rdr_jax.adawac.train.METHODS`);
-* ``eta`` (beta step size; 2.0 TransUNet, 8.0 UNet; 0.01 / 1.0 in ``tab:ablation``), ``lam``
-  (consistency scale, 2.0), ``dice_weight`` / ``wac_weight`` (0.5 / 0.5), ``keep_ratio``
-  (trim-ratio, 1280/2211);
-* ``batch_size`` (24), ``epochs`` (Synapse 150, ACDC 360) or ``num_steps`` (overrides epochs
-  when > 0), ``seed``, ``checkpoint_every`` (steps; 0 = only at the end), ``log_every``
-  (steps between metric fetches / rows of ``metrics.jsonl``), ``eval_batch_size``;
-* ``optim``: SGD ``lr`` 0.01, ``momentum`` 0.9, ``weight_decay`` 1e-4, ``schedule``
-  (``poly``: the TransUNet trainer's ``lr (1 - t/T)^0.9``; ``constant``);
-* ``model``: ``name`` (``tiny``, ``unet``, ``transunet``), ``small`` (CPU-sized variant),
-  ``width``, ``depth`` (tiny only: base width, stride-2 levels);
-* ``dtype``: the model's computation dtype, ``"float32"`` (default) or ``"bfloat16"`` (mixed
-  precision: parameters, BatchNorm statistics and the losses stay in float32);
-* ``data``: ``name`` (``phantom``, ``cardiac_phantom``, ``synapse``, ``acdc``), ``subset`` (``full``,
-  ``half-slice``, ``half-vol``, ``half-sparse``), ``size`` (input side, 224), ``root`` (data
-  folder; empty: ``$RDR_JAX_DATA/<name>``), phantom shape ``num_cases``, ``num_slices``,
-  ``num_test_cases``, ``num_classes``.
-
-Example:
-    >>> from rdr_jax.adawac.configs import get_config
-    >>> cfg = get_config("synapse_unet")
-    >>> cfg.eta, cfg.model.name, cfg.batch_size
-    (8.0, 'unet', 24)
+Each function returns an ``ml_collections.ConfigDict`` for :func:`rdr_jax.adawac.train.train`;
+``quick`` shrinks it for CI (phantom data, tiny network, same code path). Why: the thesis'
+settings live in one place. The fields: ``docs/training.md`` ("AdaWAC configs").
 """
 
 from __future__ import annotations
@@ -39,7 +13,7 @@ __all__ = ["CONFIGS", "TRIM_KEEP_RATIO", "acdc", "get_config", "phantom_quick",
            "quick_overrides", "synapse_transunet", "synapse_unet"]
 
 #: fraction of slices with foreground in the full Synapse training set (1280 of 2211): the
-#: trim-ratio baseline keeps this fraction of every batch (``tab:trim``). A config is a leaf:
+#: trim-ratio baseline keeps this fraction of every batch (Table 5.2). A config is a leaf:
 #: the trainer imports it from here.
 TRIM_KEEP_RATIO = 1280 / 2211
 
@@ -72,12 +46,7 @@ def _base() -> ml_collections.ConfigDict:
 
 
 def quick_overrides(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """Shrink a config for CI: phantom data (8 cases x 16 slices of 32 x 32, 3 test cases),
-    the tiny CNN (width 16, depth 3: its bottleneck sees the whole 32 x 32 slice), batch 8,
-    30 epochs with lr 0.05 and the poly decay, no intermediate checkpoints. Method, eta and
-    lambda are kept. (Measured: the adawac run takes ~25 s on 2 CPU cores and reaches a test
-    DSC of ~0.7 on the phantom; the earlier width-8 depth-2 net with 10 constant-lr epochs
-    stayed below 0.2.)"""
+    """``c`` shrunk for CI: the phantom, the tiny network, a few epochs."""
     c = ml_collections.ConfigDict(c.to_dict())
     c.quick = True
     c.batch_size = 8
@@ -104,9 +73,8 @@ def quick_overrides(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 def synapse_transunet(quick: bool = False) -> ml_collections.ConfigDict:
     """``python experiments/train_adawac.py --config synapse_transunet --method adawac``
 
-    AdaWAC with TransUNet (R50-ViT-B/16) on Synapse (``tab:synapse_sample_eff``, ``tab:trim``,
-    ``tab:ablation``): 9 classes, 224 x 224, batch 24, 150 epochs, SGD 0.01 / 0.9 / 1e-4 with
-    poly decay, eta = 2.0, lambda = 2.0.
+    TransUNet on Synapse (Table 5.1, 5.2, 5.4): 150
+    epochs, batch 24, SGD 0.01 with poly decay, eta = lambda = 2.0.
     """
     c = _base()
     return quick_overrides(c) if quick else c
@@ -115,8 +83,7 @@ def synapse_transunet(quick: bool = False) -> ml_collections.ConfigDict:
 def synapse_unet(quick: bool = False) -> ml_collections.ConfigDict:
     """``python experiments/train_adawac.py --config synapse_unet --method adawac``
 
-    AdaWAC with UNet-ResNet34 on Synapse (``tab:synapse_unet``): as
-    :func:`synapse_transunet` with ``eta = 8.0``.
+    UNet-ResNet34 on Synapse (``tab:synapse_unet``): :func:`synapse_transunet` with eta = 8.0.
     """
     c = _base()
     c.eta = 8.0
@@ -127,9 +94,8 @@ def synapse_unet(quick: bool = False) -> ml_collections.ConfigDict:
 def acdc(quick: bool = False) -> ml_collections.ConfigDict:
     """``python experiments/train_adawac.py --config acdc --method adawac``
 
-    AdaWAC with TransUNet on ACDC (``tab:acdc``): 4 classes (bg, RV, Myo, LV), 224 x 224,
-    batch 24, 360 epochs, eta = 2.0, lambda = 2.0; the model with the best validation DSC is
-    reported by the reference (this library evaluates the last model).
+    TransUNet on ACDC (Table 5.3): 4 classes, 360 epochs, eta = lambda = 2.0 (the last model
+    is evaluated; the reference picks the best on validation).
     """
     c = _base()
     c.epochs = 360
@@ -149,9 +115,7 @@ def acdc(quick: bool = False) -> ml_collections.ConfigDict:
 def phantom_quick(quick: bool = True) -> ml_collections.ConfigDict:
     """``python experiments/train_adawac.py --config phantom_quick --quick``
 
-    The offline demo: AdaWAC (eta = 8.0, lambda = 2.0) with the tiny CNN on the synthetic
-    multi-organ phantom (8 training cases x 16 slices of 32 x 32, 3 test volumes), batch 8,
-    30 epochs (``quick``) or 60 epochs on 12 cases x 32 slices of 64 x 64 (``quick=False``).
+    The offline demo: AdaWAC (eta 8.0) with the tiny CNN on the synthetic phantom.
     """
     c = quick_overrides(_base())
     c.eta = 8.0
@@ -174,17 +138,8 @@ CONFIGS = {"synapse_transunet": synapse_transunet, "synapse_unet": synapse_unet,
 
 
 def get_config(name: str, quick: bool = False) -> ml_collections.ConfigDict:
-    """The config ``name`` (a key of :data:`CONFIGS`); ``quick`` shrinks it for CI.
-
-    ``phantom_quick`` is always the quick phantom run; ``phantom`` is its larger version
-    (``phantom_quick(quick=False)``) unless ``quick``.
-
-    Raises:
-        ValueError: unknown name.
-
-    Example:
-        >>> get_config("acdc", quick=True).data.name
-        'cardiac_phantom'
+    """The config ``name`` (a key of :data:`CONFIGS`); ``quick`` shrinks it for CI
+    (``phantom_quick`` is always quick, ``phantom`` its larger version).
     """
     if name not in CONFIGS:
         raise ValueError(f"unknown config {name!r}; known: {sorted(CONFIGS)}")

@@ -1,42 +1,11 @@
-"""Synapse / ACDC data for AdaWAC (thesis ``sec:experiments_adawac``, ``app:imp``).
+"""Synapse / ACDC data for AdaWAC (thesis Section 5.5, C.4).
 
-Formats (the TransUNet preprocessing, implementation notes "Chapter 5"); nothing is ever
-downloaded, all loaders read local files:
-
-* **Synapse** (multi-organ CT, 9 classes: 0 background, 1 aorta, 2 gallbladder, 3 left
-  kidney, 4 right kidney, 5 liver, 6 pancreas, 7 spleen, 8 stomach). Training slices
-  ``train_npz/caseXXXX_sliceYYY.npz`` with arrays ``image`` (float, HU clipped to [-125, 275]
-  and scaled to [0, 1]) and ``label`` (H, W); test volumes ``test_vol_h5/caseXXXX.npy.h5``
-  (HDF5) with datasets ``image``, ``label`` of shape (slices, H, W). Lists
-  ``lists_Synapse/train.txt`` (slice names) and ``test_vol.txt`` (volume names) fix the order
-  when present; otherwise the files are discovered and sorted by case and slice number.
-  18 training cases (2211 slices), 12 test volumes.
-* **ACDC** (cine-MRI, 4 classes: 0 background, 1 RV, 2 Myo, 3 LV). Training slices
-  ``ACDC_training_slices/patientXXX_frameYY_slice_Z.h5`` and volumes
-  ``ACDC_training_volumes/patientXXX_frameYY.h5``, both with ``image`` and ``label``; lists
-  ``lists_ACDC/{train,val,test}.txt`` (the AdaWAC layout; ``data/slices`` + ``data`` of the
-  SSL4MIS layout are found too).
-
-A missing file raises ``FileNotFoundError`` naming it; an unreadable/corrupt file, a missing
-``image``/``label`` entry, mismatched shapes, the wrong number of dimensions, non-finite
-images or label values outside ``[0, num_classes)`` raise ``ValueError`` naming the file.
-
-Containers: :class:`SliceDataset` (stacked training slices + per-slice case index and slice
-number, what a training loop indexes; the AdaWAC weight table ``beta`` has one entry per row),
-:class:`VolumeDataset` (test/validation volumes, kept at their native size) and
-:class:`SegmentationData` (both, plus the class names). Labels are stored as ``uint8`` to
-keep the 2211 x 224 x 224 training set small; cast with ``.astype(np.int32)`` where needed.
-
-Subsets (:func:`make_subset`, thesis ``tab:synapse_sample_eff``): ``full``; ``half-slice``
-(even slice numbers of every case); ``half-vol`` (half of the cases: by default the first
-``n_cases // 2`` in dataset order, or the cases you name, e.g. :data:`SYNAPSE_HALF_VOL_CASES`,
-the 9 cases of the authors' list); ``half-sparse`` (the first half of the slices of every
-case, mostly label-sparse).
-
-Example:
-    >>> from rdr_jax.adawac.data import load_synapse, make_subset  # doctest: +SKIP
-    >>> data = load_synapse("data/Synapse", size=224)  # doctest: +SKIP
-    >>> half = make_subset(data.train, "half-slice")  # doctest: +SKIP
+Loaders of the TransUNet-preprocessed files (Synapse ``.npz`` slices and ``.npy.h5`` volumes,
+ACDC ``.h5``), read locally (nothing is downloaded); missing files raise
+``FileNotFoundError``, corrupt or invalid ones ``ValueError``, each naming the file. Containers
+:class:`SliceDataset` (training rows, one beta per row), :class:`VolumeDataset`,
+:class:`SegmentationData`, and the subsets of Table 5.1. Why: the thesis'
+data in arrays a jitted step indexes. Layouts: ``docs/training.md`` ("AdaWAC data").
 """
 
 from __future__ import annotations
@@ -89,12 +58,9 @@ class SliceDataset(NamedTuple):
     """Training slices, stacked.
 
     Attributes:
-        images: float32 ``(N, H, W)``.
-        labels: uint8 ``(N, H, W)`` class ids.
-        case_index: int32 ``(N,)``, index into ``case_names``.
-        slice_index: int32 ``(N,)``, the slice number within its case.
-        case_names: the distinct cases in order of first appearance, e.g. ``"case0005"``.
-        names: per-slice sample names, e.g. ``"case0005_slice012"``.
+        images: float32 ``(N, H, W)``. labels: uint8 ``(N, H, W)``.
+        case_index: int32 ``(N,)`` into ``case_names``. slice_index: int32 ``(N,)``.
+        case_names: the cases in order of first appearance. names: per-slice names.
     """
 
     images: np.ndarray
@@ -106,12 +72,8 @@ class SliceDataset(NamedTuple):
 
 
 class VolumeDataset(NamedTuple):
-    """Evaluation volumes (native sizes, possibly different per volume).
-
-    Attributes:
-        images: tuple of float32 ``(S_v, H_v, W_v)``.
-        labels: tuple of uint8 ``(S_v, H_v, W_v)``.
-        names: volume names, e.g. ``"case0001"``.
+    """Evaluation volumes at native size: tuples of float32 ``images``, uint8
+    ``labels`` ``(S_v, H_v, W_v)`` and ``names``.
     """
 
     images: tuple[np.ndarray, ...]
@@ -120,14 +82,8 @@ class VolumeDataset(NamedTuple):
 
 
 class SegmentationData(NamedTuple):
-    """A segmentation data set: training slices and evaluation volumes.
-
-    Attributes:
-        train: :class:`SliceDataset`.
-        test: :class:`VolumeDataset` or None (not requested / no list).
-        val: :class:`VolumeDataset` or None (ACDC only).
-        num_classes: number of classes including background.
-        class_names: names of the classes, index = class id.
+    """A data set: ``train`` (:class:`SliceDataset`), ``test`` / ``val``
+    (:class:`VolumeDataset` or None), ``num_classes`` and ``class_names``.
     """
 
     train: SliceDataset
@@ -180,7 +136,8 @@ def _read_h5(path: Path, what: str) -> tuple[np.ndarray, np.ndarray]:
             raise
         raise ValueError(f"{path}: not a readable HDF5 file ({e})") from e
     except Exception as e:  # OSError for a corrupt file, KeyError, ...
-        raise ValueError(f"{path}: not a readable HDF5 file ({type(e).__name__}: {e})") from e
+        raise ValueError(f"{path}: not a readable HDF5 file, it looks truncated or corrupt "
+                         f"({type(e).__name__}: {e})") from e
 
 
 def _validate(path: Any, image: np.ndarray, label: np.ndarray, ndim: int,
@@ -333,28 +290,18 @@ def _load_volumes(directory: PathLike, names: Optional[Sequence[str]], suffix: s
 
 def load_synapse_train(train_dir: PathLike, *, list_file: Optional[PathLike] = None,
                        size: Any = None, image_order: int = 3) -> SliceDataset:
-    """Load Synapse training slices ``<train_dir>/caseXXXX_sliceYYY.npz`` (``app:imp``).
+    """Load Synapse training slices ``<train_dir>/caseXXXX_sliceYYY.npz``.
 
     Args:
-        train_dir: folder of the ``.npz`` slices (``image``, ``label``; 2-D).
-        list_file: text file of slice names without suffix (``lists_Synapse/train.txt``);
-            ``None`` discovers all ``*.npz`` and sorts them by case and slice number.
-        size: ``None`` (keep; all slices must share a shape), an int ``n`` (``n x n``) or
-            ``(H, W)``: resize with ``scipy.ndimage.zoom`` (``image_order`` for images,
-            nearest for labels), as the reference pipeline does before the model.
-        image_order: spline order of the image resize (default 3, the reference's).
+        train_dir: folder of the slices. list_file: ``train.txt`` or None (discover and sort).
+        size: None, ``n`` or ``(H, W)``: resize (``image_order`` for images, nearest for labels).
+        image_order: spline order (3, the reference's).
 
     Returns:
-        :class:`SliceDataset` (labels uint8 in 0..8).
+        :class:`SliceDataset`.
 
     Raises:
-        FileNotFoundError: the folder, the list or a listed slice is missing (named).
-        ValueError: a corrupt slice or invalid contents (the file is named).
-
-    Example:
-        >>> ds = load_synapse_train("data/Synapse/train_npz", size=224)  # doctest: +SKIP
-        >>> ds.images.shape  # doctest: +SKIP
-        (2211, 224, 224)
+        FileNotFoundError: missing folder, list or slice. ValueError: corrupt or invalid slice.
     """
     names = None if list_file is None else _read_list(Path(list_file))
     return _load_slices(train_dir, names, ".npz", _read_npz, len(SYNAPSE_CLASSES), size,
@@ -363,18 +310,8 @@ def load_synapse_train(train_dir: PathLike, *, list_file: Optional[PathLike] = N
 
 def load_synapse_test(test_dir: PathLike, *, list_file: Optional[PathLike] = None
                       ) -> VolumeDataset:
-    """Load Synapse test volumes ``<test_dir>/caseXXXX.npy.h5`` (``image``, ``label``: 3-D).
-
-    Args:
-        test_dir: folder of the HDF5 volumes.
-        list_file: ``lists_Synapse/test_vol.txt`` (names without ``.npy.h5``) or ``None`` to
-            discover and sort them.
-
-    Returns:
-        :class:`VolumeDataset` at native resolution.
-
-    Example:
-        >>> vols = load_synapse_test("data/Synapse/test_vol_h5")  # doctest: +SKIP
+    """Load Synapse test volumes ``<test_dir>/caseXXXX.npy.h5`` (list file or
+    discovery), at native resolution.
     """
     names = None if list_file is None else _read_list(Path(list_file))
     return _load_volumes(test_dir, names, ".npy.h5", len(SYNAPSE_CLASSES), "Synapse test")
@@ -382,23 +319,11 @@ def load_synapse_test(test_dir: PathLike, *, list_file: Optional[PathLike] = Non
 
 def load_synapse(root: PathLike, *, list_dir: Optional[PathLike] = None, size: Any = None,
                  image_order: int = 3, load_test: bool = True) -> SegmentationData:
-    """Load the Synapse training slices and test volumes from ``root``.
-
-    Layout: ``root/train_npz/*.npz`` and ``root/test_vol_h5/*.npy.h5``. Lists are read from
-    ``list_dir`` (``train.txt``, ``test_vol.txt``), defaulting to ``root/lists_Synapse`` when
-    it exists; without lists the files are discovered.
-
-    Args:
-        root: the Synapse folder.
-        list_dir: folder with ``train.txt`` / ``test_vol.txt`` or None.
-        size, image_order: see :func:`rdr_jax.adawac.data.load_synapse_train`.
-        load_test: also load the test volumes.
+    """Load Synapse from ``root`` (``train_npz/``, ``test_vol_h5/``, lists in
+    ``list_dir`` or ``root/lists_Synapse``).
 
     Returns:
-        :class:`SegmentationData` with ``num_classes = 9`` and ``val = None``.
-
-    Example:
-        >>> data = load_synapse("data/Synapse", size=224)  # doctest: +SKIP
+        :class:`SegmentationData` with 9 classes.
     """
     root = Path(root)
     if list_dir is None and (root / "lists_Synapse").is_dir():
@@ -420,20 +345,8 @@ def load_synapse(root: PathLike, *, list_dir: Optional[PathLike] = None, size: A
 
 def load_acdc_slices(slices_dir: PathLike, *, list_file: Optional[PathLike] = None,
                      size: Any = None, image_order: int = 0) -> SliceDataset:
-    """Load ACDC training slices ``<slices_dir>/patientXXX_frameYY_slice_Z.h5``.
-
-    Args:
-        slices_dir: folder of the 2-D HDF5 slices (``image``, ``label`` in 0..3).
-        list_file: ``lists_ACDC/train.txt`` or None to discover.
-        size: None / int / ``(H, W)``; ACDC slices differ in size, so a size is needed to
-            stack them (the reference trains at 224).
-        image_order: spline order of the image resize (default 0, the ACDC reference's).
-
-    Returns:
-        :class:`SliceDataset`; the case of a slice is ``patientXXX_frameYY``.
-
-    Example:
-        >>> ds = load_acdc_slices("ACDC/ACDC_training_slices", size=224)  # doctest: +SKIP
+    """Load ACDC training slices ``patientXXX_frameYY_slice_Z.h5`` (``size``
+    needed to stack them; ``image_order`` 0, the reference's).
     """
     names = None if list_file is None else _read_list(Path(list_file))
     return _load_slices(slices_dir, names, ".h5", lambda p: _read_h5(p, "ACDC slice"),
@@ -442,38 +355,18 @@ def load_acdc_slices(slices_dir: PathLike, *, list_file: Optional[PathLike] = No
 
 def load_acdc_volumes(volumes_dir: PathLike, *, list_file: Optional[PathLike] = None
                       ) -> VolumeDataset:
-    """Load ACDC volumes ``<volumes_dir>/patientXXX_frameYY.h5`` (3-D ``image``, ``label``).
-
-    Args:
-        volumes_dir: folder of the HDF5 volumes.
-        list_file: e.g. ``lists_ACDC/val.txt`` or ``test.txt``; None discovers all ``*.h5``.
-
-    Returns:
-        :class:`VolumeDataset`.
-
-    Example:
-        >>> val = load_acdc_volumes("ACDC/ACDC_training_volumes",
-        ...                         list_file="lists_ACDC/val.txt")  # doctest: +SKIP
-    """
+    """Load ACDC volumes ``patientXXX_frameYY.h5`` (list file or discovery)."""
     names = None if list_file is None else _read_list(Path(list_file))
     return _load_volumes(volumes_dir, names, ".h5", len(ACDC_CLASSES), "ACDC volume")
 
 
 def load_acdc(root: PathLike, *, list_dir: Optional[PathLike] = None, size: Any = None,
               image_order: int = 0) -> SegmentationData:
-    """Load ACDC: training slices and the validation / test volumes named by the lists.
-
-    Layout: slices in ``root/ACDC_training_slices`` (or ``root/data/slices``), volumes in
-    ``root/ACDC_training_volumes`` (or ``root/data``); lists ``train.txt``, ``val.txt``,
-    ``test.txt`` in ``list_dir`` (default ``root/lists_ACDC`` when it exists). Without a list
-    folder all slices are used for training and ``val`` / ``test`` are None (a split cannot be
-    guessed). A missing ``val.txt`` / ``test.txt`` gives None for that split.
+    """Load ACDC: training slices and the validation / test volumes its lists name
+    (no list folder: all slices, ``val = test = None``).
 
     Returns:
-        :class:`SegmentationData` with ``num_classes = 4``.
-
-    Example:
-        >>> data = load_acdc("data/ACDC", size=224)  # doctest: +SKIP
+        :class:`SegmentationData` with 4 classes.
     """
     root = Path(root)
     slices_dir = root / "ACDC_training_slices"
@@ -498,13 +391,8 @@ def load_acdc(root: PathLike, *, list_dir: Optional[PathLike] = None, size: Any 
 
 def slices_from_volumes(images: Sequence[np.ndarray], labels: Sequence[np.ndarray],
                         case_names: Sequence[str]) -> SliceDataset:
-    """Cut volumes ``(S_v, H, W)`` into a :class:`SliceDataset` (slice ``j`` of case ``v``
-    gets ``slice_index = j`` and the name ``"<case>_slice<jjj>"``).
-
-    Example:
-        >>> ds = slices_from_volumes([np.zeros((2, 4, 4))], [np.zeros((2, 4, 4), int)], ["c0"])
-        >>> ds.names
-        ('c0_slice000', 'c0_slice001')
+    """Cut volumes ``(S_v, H, W)`` into a :class:`SliceDataset` (names
+    ``<case>_slice<jjj>``).
     """
     if not (len(images) == len(labels) == len(case_names)) or len(images) == 0:
         raise ValueError(f"images, labels and case_names must be non-empty and of equal length; "
@@ -531,13 +419,7 @@ def slices_from_volumes(images: Sequence[np.ndarray], labels: Sequence[np.ndarra
 
 
 def select_slices(ds: SliceDataset, indices) -> SliceDataset:
-    """Rows ``indices`` of ``ds`` (case names pruned to the cases kept, order preserved).
-
-    Example:
-        >>> ds = slices_from_volumes([np.zeros((3, 2, 2))], [np.zeros((3, 2, 2), int)], ["c"])
-        >>> select_slices(ds, [0, 2]).slice_index.tolist()
-        [0, 2]
-    """
+    """Rows ``indices`` (ints or a mask) of ``ds``, case names pruned, order kept."""
     idx = np.asarray(indices)
     if idx.dtype == bool:
         if idx.shape != (len(ds.names),):
@@ -558,45 +440,22 @@ def select_slices(ds: SliceDataset, indices) -> SliceDataset:
 
 
 def has_foreground(ds: SliceDataset) -> np.ndarray:
-    """Boolean ``(N,)``: slice has at least one non-background pixel (label-dense proxy used by
-    trim-train and pseudo-AdaWAC, thesis ``tab:trim``).
-
-    Example:
-        >>> lab = np.zeros((2, 2, 2), int); lab[1, 0, 0] = 3
-        >>> has_foreground(slices_from_volumes([np.zeros((2, 2, 2))], [lab], ["c"])).tolist()
-        [False, True]
-    """
+    """Boolean ``(N,)``: the slice has a non-background pixel (Table 5.2)."""
     return np.asarray(ds.labels).reshape(len(ds.labels), -1).max(axis=1) > 0
 
 
 def make_subset(ds: SliceDataset, kind: str, *,
                 cases: Optional[Sequence[str]] = None) -> SliceDataset:
-    """The training subsets of thesis ``tab:synapse_sample_eff`` (``sec:experiments_adawac``).
-
-    * ``full``: everything;
-    * ``half-slice``: slices with an even slice number in every case (halving the scanning
-      frequency);
-    * ``half-vol``: the slices of half of the cases: ``cases`` if given (e.g.
-      :data:`rdr_jax.adawac.data.SYNAPSE_HALF_VOL_CASES`, the authors' 9 of 18), otherwise the first
-      ``n_cases // 2`` cases in dataset order;
-    * ``half-sparse``: in every case the first ``ceil(n_c / 2)`` slices by slice number (the
-      same count as ``half-slice``), mostly label-sparse.
-
-    Row order of ``ds`` is preserved.
+    """The training subsets of Table 5.1: ``full``, ``half-slice``
+    (even slice numbers), ``half-vol`` (half of the cases, or ``cases``), ``half-sparse`` (the
+    first half of every case's slices).
 
     Args:
-        ds: a :class:`SliceDataset`.
-        kind: one of :data:`rdr_jax.adawac.data.SUBSETS` (``_`` accepted for ``-``).
-        cases: only for ``half-vol``: the case names to keep.
+        ds: :class:`SliceDataset`. kind: one of :data:`rdr_jax.adawac.data.SUBSETS`.
+        cases: for ``half-vol`` only.
 
     Returns:
-        :class:`SliceDataset`.
-
-    Example:
-        >>> ds = slices_from_volumes([np.zeros((4, 2, 2))] * 2, [np.zeros((4, 2, 2), int)] * 2,
-        ...                          ["a", "b"])
-        >>> make_subset(ds, "half-sparse").names
-        ('a_slice000', 'a_slice001', 'b_slice000', 'b_slice001')
+        :class:`SliceDataset` (row order kept).
     """
     if not isinstance(kind, str):
         raise TypeError(f"kind must be a string, one of {SUBSETS}; got {type(kind).__name__}")

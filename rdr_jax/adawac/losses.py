@@ -1,42 +1,10 @@
-"""Segmentation losses of AdaWAC: cross-entropy, dice, encoder consistency, the WAC objective.
+"""Segmentation losses of AdaWAC: cross-entropy, dice, encoder consistency and the WAC
+objective with dice (thesis Ch. 5, Eq. (C.9)).
 
-With logits ``f(x) in R^{d x K}`` (``d`` pixels, ``K`` classes, softmax ``p``), labels
-``y in [K]^d`` and an encoder ``phi``:
-
-* per-sample averaged cross-entropy (thesis ``eq:cross_entropy_loss``)::
-
-      ce(x, y) = -1/d sum_j log p_{j, y_j};
-
-* dice loss (``eq:dice_loss`` as implemented by TransUNet and the AdaWAC reference): over the
-  whole batch, per class ``k`` *including background*, with squared denominators and
-  ``s = 1e-5``::
-
-      dice = 1/K sum_k [1 - (2 sum p_k g_k + s) / (sum p_k^2 + sum g_k^2 + s)],
-      g_k = 1{y = k}
-
-  (the thesis writes ``||p||_1 + ||q||_1`` in the dice coefficient; for the one-hot ``g``,
-  ``sum g^2 = ||g||_1``, while ``sum p^2 <= ||p||_1``: we follow the implementation);
-
-* encoder consistency (``eq:dac`` with ``varrho`` the mean squared difference)::
-
-      cons(x) = lambda * mean((phi(A_1 x) - phi(A_2 x))^2)
-
-  between the encoder outputs of two independently augmented views of the same sample (the
-  features are not inverse-transformed; lambda = 2.0 in the experiments);
-
-* the WAC objective with dice (``eq:objective_wac_dice``) as trained by the reference code::
-
-      L = w_dice * dice + w_wac * 1/B sum_i [beta_i ce_i + (1 - beta_i) cons_i],
-
-  ``w_dice = w_wac = 0.5`` (the thesis' display has weights 1 and 1; the implementation, and
-  the implementation notes, use 0.5 and 0.5, which only rescales the objective and hence the
-  model's learning rate). The thesis' settings (``app:imp``, implementation notes): lambda =
-  2.0, SGD lr 0.01 with momentum 0.9 and weight decay 1e-4, batch 24 of 224 x 224 slices.
-
-Logits are ``(B, *spatial, C)`` (channels last; ``(B, H, W, C)`` for images) and labels
-``(B, *spatial)`` integers. Everything is pure ``jax.numpy``, computed in at least float32,
-jit/vmap/grad friendly; inside jit, a label outside ``[0, C)`` makes the affected loss NaN
-rather than silently wrong.
+Logits are ``(B, *spatial, C)`` (channels last), labels ``(B, *spatial)`` integers; everything
+is computed in at least float32 and is jit/vmap/grad friendly (a traced label outside
+``[0, C)`` gives NaN). Why: per-sample terms, so the beta table can weigh them. Formulas and
+the reference weights 0.5/0.5: ``docs/training.md`` ("AdaWAC losses").
 """
 
 from __future__ import annotations
@@ -56,12 +24,8 @@ __all__ = ["WACAux", "cross_entropy", "dice_loss", "consistency", "wac_objective
 
 
 class WACAux(NamedTuple):
-    """Auxiliary outputs of :func:`wac_dice_loss` (all evaluated at the current parameters).
-
-    Attributes:
-      ce: per-sample averaged cross-entropies, shape ``(B,)`` (feed to ``beta_gradient``).
-      cons: per-sample consistency terms, lambda included, shape ``(B,)``.
-      dice: the batch dice loss (scalar).
+    """Auxiliary outputs of :func:`wac_dice_loss`: per-sample ``ce`` and ``cons``
+    (lambda included), ``(B,)``, and the batch ``dice``.
     """
 
     ce: Float[Array, " B"]
@@ -90,6 +54,9 @@ def _check_logits_labels(logits: Any, labels: Any) -> None:
     if tuple(labels.shape) != tuple(logits.shape[:-1]):
         raise ValueError(f"labels must have shape logits.shape[:-1] = {tuple(logits.shape[:-1])} "
                          f"(logits are (B, *spatial, C), channels last); got {tuple(labels.shape)}")
+    if logits.shape[0] == 0 or 0 in logits.shape[1:-1]:
+        raise ValueError(f"logits must hold at least one sample with at least one pixel (an empty "
+                         f"batch has no mean loss); got shape {tuple(logits.shape)}")
     num_classes = logits.shape[-1]
     if num_classes < 2:
         raise ValueError(f"logits must have at least 2 classes on the last axis; got "
@@ -137,22 +104,16 @@ def _cross_entropy(logits, labels):
 
 
 def cross_entropy(logits: Float[Array, "B *S C"], labels: Int[Array, "B *S"]) -> Float[Array, " B"]:
-    """Per-sample pixel-averaged cross-entropy (thesis ``eq:cross_entropy_loss``).
-
-    ``ce_b = -1/d sum_j log softmax(logits_b)_{j, y_{b,j}}`` over the ``d`` pixels of sample
-    ``b`` (``log_softmax`` in at least float32, so large logits do not overflow).
+    """Per-sample pixel-averaged cross-entropy (Eq. (5.2)).
 
     Args:
-      logits: ``(B, *spatial, C)`` class scores, channels last.
-      labels: ``(B, *spatial)`` integer class ids in ``[0, C)`` (checked when concrete; a
-        traced out-of-range label makes its sample's loss NaN).
+      logits: ``(B, *spatial, C)``. labels: ``(B, *spatial)`` in ``[0, C)``.
 
     Returns:
-      ``(B,)`` per-sample losses, dtype ``promote(logits.dtype, float32)``.
+      ``(B,)`` losses.
 
-    Example:
-      >>> logits = jnp.zeros((2, 4, 4, 3)); labels = jnp.zeros((2, 4, 4), jnp.int32)
-      >>> cross_entropy(logits, labels)      # [log 3, log 3]
+    Raises:
+      ValueError: an empty batch, labels out of range or non-finite logits.
     """
     _check_logits_labels(logits, labels)
     return _cross_entropy(jnp.asarray(logits), jnp.asarray(labels))
@@ -176,27 +137,14 @@ def _dice(logits, labels, smooth):
 
 def dice_loss(logits: Float[Array, "B *S C"], labels: Int[Array, "B *S"], *,
               smooth: float = 1e-5) -> Float[Array, ""]:
-    """Soft dice loss over the batch, averaged over all classes (thesis ``eq:dice_loss``).
-
-    With ``p = softmax(logits)`` and ``g_k = 1{labels = k}``, sums over every pixel of every
-    sample of the batch::
-
-        dice = 1/C sum_{k=0}^{C-1} [1 - (2 sum p_k g_k + smooth) / (sum p_k^2 + sum g_k^2 + smooth)]
-
-    as in TransUNet's ``DiceLoss`` (background included, squared denominators, smoothing
-    ``1e-5``). A class absent from both prediction and labels contributes ~0.
+    """Soft dice loss over the batch, averaged over all classes, background
+    included (Eq. (C.8) as TransUNet implements it: squared denominators).
 
     Args:
-      logits: ``(B, *spatial, C)`` class scores, channels last.
-      labels: ``(B, *spatial)`` integer class ids in ``[0, C)``.
-      smooth: smoothing term ``>= 0`` added to numerator and denominator.
+      logits: ``(B, *spatial, C)``. labels: ``(B, *spatial)``. smooth: ``>= 0``.
 
     Returns:
-      Scalar loss in ``[0, 1]``; NaN if a traced label lies outside ``[0, C)``.
-
-    Example:
-      >>> labels = jnp.array([[[0, 1], [1, 0]]])
-      >>> dice_loss(100.0 * jax.nn.one_hot(labels, 2), labels)   # ~0 (perfect prediction)
+      Scalar in ``[0, 1]``.
     """
     _check_logits_labels(logits, labels)
     _check_nonneg("smooth", smooth)
@@ -212,22 +160,11 @@ def _consistency(z1, z2, lam):
 
 def consistency(z1: Float[Array, "B *F"], z2: Float[Array, "B *F"], *,
                 lam: float = 1.0) -> Float[Array, " B"]:
-    """Per-sample encoder consistency ``lam * mean((z1_b - z2_b)^2)`` (thesis ``eq:dac``).
-
-    ``z1``, ``z2`` are the encoder outputs ``phi(A_1 x)``, ``phi(A_2 x)`` of two independently
-    augmented views of the same samples (TransUNet: the transformer output ``(B, 196, 768)``;
-    UNet: the deepest ResNet stage); the mean is over all non-batch axes. The result is per
-    sample so that it can be weighted by ``1 - beta_i``.
-
-    Args:
-      z1, z2: encoder outputs of the same shape ``(B, ...)``.
-      lam: the scale ``lambda_c >= 0`` (2.0 in the thesis experiments).
+    """Per-sample encoder consistency ``lam * mean((z1_b - z2_b)^2)`` (Eq. (5.3))
+    between the encoder outputs of two augmented views.
 
     Returns:
-      ``(B,)`` consistency terms, lambda included.
-
-    Example:
-      >>> consistency(jnp.ones((2, 3)), jnp.zeros((2, 3)), lam=2.0)   # [2., 2.]
+      ``(B,)`` terms, lambda included.
     """
     _check_float_array("z1", z1, min_ndim=1)
     _check_float_array("z2", z2, min_ndim=1)
@@ -253,30 +190,16 @@ def _check_beta_batch(beta: Any, batch: int) -> None:
 def wac_objective(dice: Float[Array, ""], ce: Float[Array, " B"], cons: Float[Array, " B"],
                   beta: Float[Array, " B"], *, dice_weight: float = 0.5,
                   wac_weight: float = 0.5) -> Float[Array, ""]:
-    """Combine precomputed terms into the WAC objective with dice (``eq:objective_wac_dice``).
-
-    ``L = dice_weight * dice + wac_weight * 1/B sum_i [beta_i ce_i + (1 - beta_i) cons_i]``.
-
-    Use this when the per-sample terms come from one forward pass and ``beta`` is updated in
-    between (``alg:srw_dac``: the table step uses the losses at the current parameters and
-    the parameter step the *new* weights): e.g. ``(dice, ce, cons), vjp = jax.vjp(terms,
-    params)``, update beta from ``ce, cons``, then pull back the cotangents of this linear
-    combination through ``vjp``.
+    """``dice_weight * dice + wac_weight * 1/B sum_i [beta_i ce_i + (1 - beta_i)
+    cons_i]`` from precomputed terms (Eq. (C.9)), for a step that updates beta
+    between the forward pass and the parameter gradient.
 
     Args:
-      dice: scalar dice loss.
-      ce: ``(B,)`` per-sample cross-entropies.
-      cons: ``(B,)`` per-sample consistency terms (lambda included).
-      beta: ``(B,)`` weights of the batch rows, in ``[0, 1]``.
-      dice_weight, wac_weight: the weights of the two parts (``>= 0``; 0.5 and 0.5 as in the
-        reference implementation).
+      dice: scalar. ce, cons: ``(B,)``. beta: ``(B,)`` in ``[0, 1]``.
+      dice_weight, wac_weight: ``>= 0`` (0.5 and 0.5 as the reference).
 
     Returns:
       The scalar objective.
-
-    Example:
-      >>> wac_objective(jnp.array(0.2), jnp.array([1.0, 3.0]), jnp.array([0.0, 1.0]),
-      ...               jnp.array([0.5, 1.0]))     # 0.5*0.2 + 0.5*(0.5 + 3)/2 = 0.975
     """
     for name, a in (("ce", ce), ("cons", cons)):
         _check_float_array(name, a, min_ndim=1)
@@ -306,39 +229,20 @@ def wac_dice_loss(logits: Float[Array, "B *S C"], labels: Int[Array, "B *S"],
                   z1: Float[Array, "B *F"], z2: Float[Array, "B *F"], beta: Float[Array, " B"],
                   *, lam: float = 1.0, dice_weight: float = 0.5, wac_weight: float = 0.5,
                   smooth: float = 1e-5) -> tuple[Float[Array, ""], WACAux]:
-    """The AdaWAC training objective with dice (thesis ``eq:objective_wac_dice``).
-
-    ::
-
-        L = dice_weight * dice(logits, labels)
-            + wac_weight * 1/B sum_i [beta_i ce_i + (1 - beta_i) cons_i],
-        ce_i = cross_entropy(logits, labels)_i,  cons_i = lam * mean((z1_i - z2_i)^2).
-
-    ``logits``/``labels`` are the model's output on the supervised view and its (identically
-    transformed) labels; ``z1``, ``z2`` the encoder outputs of the two views. ``beta`` is the
-    batch's rows of the weight table (gather ``table[idx]``), treated as a constant of the
-    parameter step; it is not stopped here, so ``d L / d beta_i = wac_weight (ce_i - cons_i) /
-    B``. The per-sample ``ce``/``cons`` are returned as aux for the beta step
-    (:func:`rdr_jax.adawac.transform.beta_gradient`), so the function plugs into
-    ``jax.value_and_grad(..., has_aux=True)``.
+    """The AdaWAC training objective with dice (Eq. (C.9)):
+    :func:`wac_objective` of :func:`dice_loss`, :func:`cross_entropy` and :func:`consistency`.
 
     Args:
-      logits: ``(B, *spatial, C)`` class scores (channels last).
-      labels: ``(B, *spatial)`` integer class ids in ``[0, C)``.
-      z1, z2: encoder outputs ``(B, ...)`` of the two views.
-      beta: ``(B,)`` weights in ``[0, 1]``.
-      lam: consistency scale ``lambda_c >= 0`` (2.0 in the experiments).
-      dice_weight, wac_weight: weights of dice and of the weighted CE/consistency part
-        (default 0.5 and 0.5 as in the reference implementation; 1 and 1 in the thesis'
-        display).
+      logits: ``(B, *spatial, C)`` on the supervised view. labels: ``(B, *spatial)``.
+      z1, z2: encoder outputs ``(B, ...)`` of the two views. beta: ``(B,)`` in ``[0, 1]``.
+      lam: consistency scale (2.0 in the thesis). dice_weight, wac_weight: 0.5 and 0.5.
       smooth: dice smoothing.
 
     Returns:
       ``(loss, WACAux(ce, cons, dice))``.
 
-    Example:
-      >>> loss, aux = wac_dice_loss(logits, labels, z1, z2, table[idx], lam=2.0)
-      >>> g = beta_gradient(aux.ce, aux.cons, idx, table.shape[0])
+    Raises:
+      ValueError: an empty batch, mismatched shapes, beta outside [0, 1], negative weights.
     """
     _check_logits_labels(logits, labels)
     batch = logits.shape[0]

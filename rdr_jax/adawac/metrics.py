@@ -1,30 +1,9 @@
-"""Segmentation metrics of Chapter 5: per-volume DSC and HD95 (thesis ``sec:experiments_adawac``).
+"""Segmentation metrics of Chapter 5: per-volume DSC and HD95 (thesis Section 5.5).
 
-The thesis reports, for every test volume and organ class ``k = 1..K-1``, on the 3-D masks
-``P = {pred == k}`` and ``G = {label == k}``:
-
-* the Dice similarity coefficient ``DSC = 2 |P n G| / (|P| + |G|)``;
-* the 95th percentile Hausdorff distance ``HD95``: with the surfaces ``dP = P \\ erode(P)``
-  and ``dG = G \\ erode(G)`` (binary erosion with the 6-neighbourhood, outside the array
-  counting as background, as in medpy), the surface distances ``d(p, dG)`` for ``p in dP``
-  and ``d(g, dP)`` for ``g in dG`` (Euclidean, voxel units) are pooled and HD95 is their 95th
-  percentile (linear interpolation, ``np.percentile``), i.e. medpy's ``hd95`` with unit
-  spacing;
-* the empty-mask rules of the AdaWAC evaluation: both masks empty -> ``(DSC, HD95) = (1,
-  0)``; exactly one empty -> ``(0, 0)``.
-
-Scores are averaged over volumes per class, then over classes (:func:`aggregate_metrics`).
-The thesis tables print DSC in percent; these functions return fractions in [0, 1].
-Everything here runs on the host (numpy/scipy), outside ``jit``; :func:`predict_volume`
-calls a (jitted) model slice batch by slice batch.
-
-Example:
-    >>> import numpy as np
-    >>> from rdr_jax.adawac.metrics import volume_metrics
-    >>> label = np.zeros((4, 8, 8), int); label[1:3, 2:6, 2:6] = 1
-    >>> m = volume_metrics(label, label, num_classes=3)
-    >>> m.dice.tolist(), m.hd95.tolist()
-    ([1.0, 1.0], [0.0, 0.0])
+Per test volume and organ class: the Dice coefficient and medpy's ``hd95`` with unit spacing,
+with the AdaWAC evaluation's empty-mask rules; averaged over volumes per class, then over
+classes; fractions in [0, 1] (the tables print percent). Host numpy/scipy. Why: the thesis'
+tables are in these two scores. Definitions: ``docs/training.md`` ("AdaWAC metrics").
 """
 
 from __future__ import annotations
@@ -48,11 +27,8 @@ __all__ = [
 
 
 class VolumeMetrics(NamedTuple):
-    """Per-class scores of one volume (classes ``1..num_classes-1``, background excluded).
-
-    Attributes:
-        dice: float64 ``(num_classes - 1,)``, DSC in [0, 1].
-        hd95: float64 ``(num_classes - 1,)``, HD95 in voxel units.
+    """Per-class scores of one volume (classes ``1..num_classes-1``):
+    ``dice`` and ``hd95`` (voxel units), float64 ``(num_classes - 1,)``.
     """
 
     dice: np.ndarray
@@ -60,13 +36,11 @@ class VolumeMetrics(NamedTuple):
 
 
 class MetricsSummary(NamedTuple):
-    """Scores averaged over volumes (per class) and then over classes.
+    """Scores averaged over volumes per class, then over classes.
 
     Attributes:
-        dice: mean DSC over classes of the per-class means (the thesis' "DSC" column).
-        hd95: mean HD95 over classes (the thesis' "HD95" column).
-        per_class_dice: ``(num_classes - 1,)`` mean DSC over volumes (the organ columns).
-        per_class_hd95: ``(num_classes - 1,)`` mean HD95 over volumes.
+        dice, hd95: the thesis' "DSC" and "HD95" columns.
+        per_class_dice, per_class_hd95: ``(num_classes - 1,)`` per-class means over volumes.
     """
 
     dice: float
@@ -91,23 +65,11 @@ def _surface(mask: np.ndarray) -> np.ndarray:
 
 
 def binary_dice_hd95(pred_mask: np.ndarray, label_mask: np.ndarray) -> tuple[float, float]:
-    """DSC and HD95 of two boolean masks of equal shape, with the empty-mask rules.
-
-    ``DSC = 2 |P n G| / (|P| + |G|)``; ``HD95 = percentile_95({d(p, dG): p in dP} u {d(g,
-    dP): g in dG})`` (module docstring); ``(1, 0)`` if both are empty, ``(0, 0)`` if exactly
-    one is. The distance transforms are computed on the bounding box of ``P u G`` grown by
-    one voxel (clipped to the array), which leaves the erosion and all distances unchanged.
-
-    Args:
-        pred_mask, label_mask: boolean arrays of the same shape (any ndim >= 1).
+    """DSC and HD95 of two boolean masks of equal shape; ``(1, 0)`` if both
+    are empty, ``(0, 0)`` if one is.
 
     Returns:
-        ``(dice, hd95)`` as Python floats.
-
-    Example:
-        >>> a = np.zeros((1, 5, 5), bool); a[0, 1:4, 1:4] = True
-        >>> binary_dice_hd95(a, a)
-        (1.0, 0.0)
+        ``(dice, hd95)`` as floats.
     """
     p = np.asarray(pred_mask, dtype=bool)
     g = np.asarray(label_mask, dtype=bool)
@@ -154,29 +116,17 @@ def _check_class_map(name: str, a: Any, num_classes: int) -> np.ndarray:
 
 
 def volume_metrics(pred, label, num_classes: int) -> VolumeMetrics:
-    """Per-class DSC and HD95 of one predicted 3-D volume (thesis ``sec:experiments_adawac``).
-
-    For ``k = 1..num_classes-1``: :func:`rdr_jax.adawac.metrics.binary_dice_hd95` of
-    ``pred == k`` and ``label == k`` (DSC ``2|P n G|/(|P|+|G|)``, HD95 the 95th percentile
-    of the pooled symmetric surface distances in voxel units as medpy's ``hd95``; both
-    empty -> (1, 0), one empty -> (0, 0)).
+    """Per-class DSC and HD95 of one predicted 3-D volume
+    (:func:`rdr_jax.adawac.metrics.binary_dice_hd95` of ``pred == k`` and ``label == k``).
 
     Args:
-        pred: ``(slices, H, W)`` integer (or integer-valued float) class map.
-        label: ground truth of the same shape.
-        num_classes: Python int >= 2, including background.
+        pred, label: ``(slices, H, W)`` class maps. num_classes: int >= 2, with background.
 
     Returns:
-        :class:`VolumeMetrics` with arrays of length ``num_classes - 1``.
+        :class:`VolumeMetrics`.
 
     Raises:
-        ValueError: shapes differ or are not 3-D, or values outside ``[0, num_classes)``.
-        TypeError: non-numeric dtypes, or a non-int ``num_classes``.
-
-    Example:
-        >>> pred = np.zeros((2, 4, 4), int); label = pred.copy(); label[0, 0, 0] = 1
-        >>> volume_metrics(pred, label, 2).dice.tolist()
-        [0.0]
+        ValueError / TypeError: shapes differ or are not 3-D, values out of range, bad dtypes.
     """
     num_classes = check_int("num_classes", num_classes, low=2)
     pred = _check_class_map("pred", pred, num_classes)
@@ -192,22 +142,11 @@ def volume_metrics(pred, label, num_classes: int) -> VolumeMetrics:
 
 
 def aggregate_metrics(metrics: Sequence[VolumeMetrics]) -> MetricsSummary:
-    """Average :class:`VolumeMetrics` over volumes (per class), then over classes.
-
-    ``per_class = mean_v m_v[k]``; ``dice = mean_k per_class_dice[k]`` (same for HD95), the
-    thesis' table convention.
-
-    Args:
-        metrics: non-empty sequence of :class:`VolumeMetrics` with equal lengths.
+    """Average :class:`VolumeMetrics` over volumes per class, then over
+    classes (the thesis' convention).
 
     Returns:
         :class:`MetricsSummary`.
-
-    Example:
-        >>> m1 = VolumeMetrics(np.array([1.0, 0.5]), np.array([0.0, 2.0]))
-        >>> m2 = VolumeMetrics(np.array([0.0, 0.5]), np.array([4.0, 2.0]))
-        >>> s = aggregate_metrics([m1, m2]); s.dice, s.hd95
-        (0.5, 2.0)
     """
     metrics = list(metrics)
     if not metrics:
@@ -227,32 +166,17 @@ def aggregate_metrics(metrics: Sequence[VolumeMetrics]) -> MetricsSummary:
 def predict_volume(predict_fn: Callable[[Any], Any], volume, batch_size: int, *,
                    input_size: int | tuple[int, int] | None = None,
                    image_order: int = 3) -> np.ndarray:
-    """Slice-by-slice prediction of a 3-D volume, as in the TransUNet/AdaWAC test loop.
-
-    Each slice ``x`` of shape ``(H, W)`` is resized to ``input_size`` with
-    ``scipy.ndimage.zoom(x, (h/H, w/W), order=image_order)`` (cubic by default, the
-    reference's choice) when the sizes differ, the slices are fed to ``predict_fn`` in batches
-    of ``batch_size`` (the last batch is zero-padded to ``batch_size`` so a jitted
-    ``predict_fn`` compiles once), the per-pixel class is ``argmax`` over the last axis when
-    ``predict_fn`` returns scores ``(b, h, w, C)`` (or taken as is for labels ``(b, h, w)``),
-    and the label map is resized back to ``(H, W)`` with nearest-neighbour zoom (``order=0``).
+    """Slice-by-slice prediction of a volume, as the TransUNet / AdaWAC test
+    loop: resize each slice to ``input_size`` (spline ``image_order``), predict in padded batches
+    (one compilation), ``argmax`` the scores, resize the labels back (nearest).
 
     Args:
-        predict_fn: maps a float32 batch ``(b, h, w)`` to scores ``(b, h, w, C)`` or integer
-            labels ``(b, h, w)``; e.g. ``lambda x: model(x[..., None])`` for an NHWC model.
-        volume: ``(slices, H, W)`` image volume.
-        batch_size: Python int >= 1.
-        input_size: model input ``h`` (square) or ``(h, w)``; ``None`` keeps ``(H, W)``.
-        image_order: spline order for the image resize (0-5).
+        predict_fn: float32 ``(b, h, w)`` -> scores ``(b, h, w, C)`` or labels ``(b, h, w)``.
+        volume: ``(slices, H, W)``. batch_size: int >= 1.
+        input_size: ``h`` or ``(h, w)``; None keeps the size. image_order: 0-5.
 
     Returns:
-        int32 ``(slices, H, W)`` predicted class map (numpy).
-
-    Example:
-        >>> vol = np.random.default_rng(0).random((3, 10, 10))
-        >>> pred = predict_volume(lambda x: (x > 0.5).astype(int), vol, 2)
-        >>> bool((pred == (vol > 0.5)).all())
-        True
+        int32 ``(slices, H, W)`` class map.
     """
     batch_size = check_int("batch_size", batch_size, low=1)
     image_order = check_int("image_order", image_order, low=0, high=5)

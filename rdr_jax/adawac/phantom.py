@@ -1,68 +1,23 @@
-"""Synthetic multi-organ CT phantom: the offline stand-in for Synapse (thesis ``ch:adawac``).
+"""Synthetic multi-organ CT phantom: the offline stand-in for Synapse (thesis Ch. 5).
 
-The AdaWAC experiments rely on one structural property of abdominal CT stacks
-(``subsec:pixel-wise-classification``): a case is a stack of axial slices, the organs occupy
-only part of the stack, so the slices near both ends are label-sparse or empty, and cases
-differ in their share of label-dense slices (the ``xi`` of the mixture ``P_xi``). The
-phantom reproduces that structure with 8 organ classes in the Synapse numbering (1 aorta, 2
-gallbladder, 3 left kidney, 4 right kidney, 5 liver, 6 pancreas, 7 spleen, 8 stomach) plus
-background:
-
-* geometry: coordinates ``z in [0, 1]`` along the stack and ``(y, x) in [-1, 1]^2`` in plane
-  (image left = patient right, as in radiological display). Each organ is a deformed
-  ellipsoid ``{p : |(p - c) / r|^2 + a * F(p) < 1}`` where ``F`` is a smooth random field
-  (trilinearly upsampled Gaussian noise) making it blob-like; centres and radii of a template
-  abdomen are jittered per case, and the whole organ block is scaled and shifted along ``z``
-  per case (``z -> z0 + s (z - 1/2)``, ``z0 = block_center`` + a small shift, ``s ~
-  U[s_min, s_max]``), so the fraction of slices with foreground differs from case to case
-  and the empty slices sit at both ends. Slice 0 is the inferior end: the stack runs from
-  below the kidneys (aorta only, then nothing) up to the liver dome, and ``block_center =
-  0.6`` puts the organ block in the upper part, so the first half of every case is mostly
-  label-sparse -- the property of Synapse behind the thesis' ``half-sparse`` subset ("the
-  first half slices in each case, most of which tend to be label-sparse"; measured on 8 x 16
-  slices of 32 x 32: 19% of the half-sparse slices have >= 1% foreground against 47% of all
-  slices, and 0.8% vs 4.5% foreground pixels). The aorta ends (bifurcation) just below the
-  kidneys' lower poles, so only a few slices per case are aorta-only. Where
-  organs overlap the one with the smallest normalised radius wins. A body cross-section
-  (ellipse: subcutaneous fat, a muscular wall, and inside it the abdominal cavity of
-  visceral fat with bowel loops -- a finer smooth field thresholded into blobs) and a
-  vertebra (bright, unlabelled) surround them. Beyond the organ block the stack shows the
-  unlabelled anatomy a CT scan of the abdomen also covers: the iliac wings of the pelvis
-  (bone) below and the lung bases (air) above the diaphragm, growing away from the block.
-  (Earlier versions filled the cavity with uniform 40 HU soft tissue -- pancreas and liver
-  were then nearly invisible -- and had plain body cross-sections in the empty end slices,
-  so organ slices had the *more* varied content and a larger augmentation consistency loss,
-  the opposite of real CT; AdaWAC's beta then ranked slices with foreground above empty
-  ones with ROC AUC 0.82-0.88 over seeds, against 0.92-0.98 now.)
-* intensity: CT-like Hounsfield values per tissue (fat -100, muscle 40, bowel 30, liver 60,
-  spleen 50, kidneys 150 and aorta 200 with contrast, gallbladder 10, pancreas 40, stomach
-  20, bone 400, air -1000) mapped by the TransUNet preprocessing ``(clip(HU, -125, 275) + 125)
-  / 400`` to [0, 1], plus a smooth texture field, mild in-plane blur (partial volume) and
-  Gaussian noise, then clipped to [0, 1].
-
-Everything is host numpy seeded from the JAX key (``jax.random.key_data``), so a key fixes
-the data set; 12 training + 8 test cases of 32 x 64 x 64 take about 0.5 s of CPU time.
-
-Example:
-    >>> import jax
-    >>> from rdr_jax.adawac.phantom import phantom_cases
-    >>> data = phantom_cases(jax.random.key(0), 4, 16, 32)
-    >>> data.train.images.shape, data.num_classes
-    ((64, 32, 32), 9)
+Cases are stacks of axial slices with the 8 Synapse organs (deformed ellipsoids of a jittered
+template abdomen) in the upper part of the stack, so the slices near the ends are
+label-sparse or empty and cases differ in their share of label-dense slices: the structure
+AdaWAC exploits (Section 5.2.1). CT-like intensities, host numpy seeded
+from the JAX key. Why: experiments and CI run without the real data. The model and its
+measured properties: ``docs/training.md`` ("Phantoms").
 """
 
 from __future__ import annotations
 
-import numbers
 from typing import Optional
 
-import jax
 import numpy as np
 import scipy.ndimage
 
-from rdr_jax._src.validation import check_int, check_key
-from rdr_jax.adawac.data import (SYNAPSE_CLASSES, SegmentationData, VolumeDataset,
-                                 slices_from_volumes)
+from rdr_jax.adawac._common import (check_case_args, check_nonneg, interp_matrix,
+                                   phantom_dataset)
+from rdr_jax.adawac.data import SYNAPSE_CLASSES, SegmentationData
 
 __all__ = ["ORGAN_TEMPLATE", "hu_to_unit", "phantom_cases", "phantom_volume"]
 
@@ -84,25 +39,8 @@ _HU_LUNG = -850.0
 
 
 def hu_to_unit(hu):
-    """TransUNet intensity preprocessing: ``(clip(HU, -125, 275) + 125) / 400`` in [0, 1].
-
-    Example:
-        >>> float(hu_to_unit(75.0))
-        0.5
-    """
+    """TransUNet intensity preprocessing: ``(clip(HU, -125, 275) + 125) / 400``."""
     return (np.clip(hu, -125.0, 275.0) + 125.0) / 400.0
-
-
-def _interp_matrix(n_out: int, n_in: int) -> np.ndarray:
-    """``(n_out, n_in)`` linear-interpolation weights from ``n_in`` cell centres to ``n_out``."""
-    pos = np.clip((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0.0, n_in - 1.0)
-    lo = np.minimum(np.floor(pos).astype(int), n_in - 2) if n_in > 1 else np.zeros(n_out, int)
-    frac = pos - lo
-    m = np.zeros((n_out, n_in))
-    m[np.arange(n_out), lo] = 1.0 - frac
-    if n_in > 1:
-        m[np.arange(n_out), lo + 1] += frac
-    return m
 
 
 def _span(grid: np.ndarray, lo: float, hi: float) -> slice:
@@ -112,10 +50,9 @@ def _span(grid: np.ndarray, lo: float, hi: float) -> slice:
 
 def _smooth_field(rng: np.random.Generator, channels: int, shape: tuple[int, int, int],
                   coarse: tuple[int, int, int] = (4, 5, 5)) -> np.ndarray:
-    """``channels`` smooth fields of ``shape``: trilinear upsampling of coarse N(0, 1) noise
-    (separable interpolation matrices, one einsum)."""
+    """``channels`` smooth fields: trilinear upsampling of coarse N(0, 1) noise."""
     noise = rng.standard_normal((channels,) + coarse)
-    mz, my, mx = (_interp_matrix(s, c) for s, c in zip(shape, coarse))
+    mz, my, mx = (interp_matrix(s, c) for s, c in zip(shape, coarse))
     return np.einsum("czyx,Zz,Yy,Xx->cZYX", noise, mz, my, mx, optimize=True)
 
 
@@ -124,29 +61,18 @@ def phantom_volume(rng: np.random.Generator, num_slices: int, size: int, *,
                    block_center: float = 0.6,
                    noise: float = 0.03, texture: float = 0.03, bowel_threshold: float = 0.3,
                    dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
-    """One phantom case ``(image, label)`` of shape ``(num_slices, size, size)``.
-
-    See the module docstring for the model. ``rng`` is consumed (host numpy generator).
+    """One phantom case ``(image, label)`` of shape ``(num_slices, size, size)``
+    (``rng`` is consumed).
 
     Args:
-        rng: ``np.random.Generator``.
-        num_slices, size: volume shape.
-        deform: amplitude ``a`` of the shape deformation field.
-        bowel_threshold: bowel occupies the cavity where a smooth N(0, 1)-marginal field
-            exceeds this (0.3: about 30% bowel, 70% visceral fat).
-        z_scale: range of the per-case scale ``s`` of the organ block along ``z``.
-        block_center: centre ``z0`` of the organ block along the stack (0 = first slice).
-        noise: standard deviation of the Gaussian noise (in [0, 1] intensity units).
-        texture: amplitude of the smooth intensity texture.
-        dtype: image dtype.
+        rng: ``np.random.Generator``. num_slices, size: volume shape.
+        deform: amplitude of the shape deformation. z_scale: range of the per-case scale of the
+            organ block along the stack. block_center: its centre (0 = first slice).
+        noise, texture: Gaussian noise std and texture amplitude. bowel_threshold: share of
+            bowel in the cavity. dtype: image dtype.
 
     Returns:
         ``(image, label)``: image in [0, 1], uint8 label in 0..8.
-
-    Example:
-        >>> img, lab = phantom_volume(np.random.default_rng(0), 8, 16)
-        >>> img.shape, int(lab.max()) <= 8
-        ((8, 16, 16), True)
     """
     s_shape = (num_slices, size, size)
     z = (np.arange(num_slices) + 0.5) / num_slices
@@ -214,88 +140,28 @@ def phantom_cases(key, num_cases: int, num_slices: int, size: int, *,
                   num_test_cases: Optional[int] = None, deform: float = 0.35,
                   z_scale: tuple[float, float] = (0.55, 0.95), noise: float = 0.03,
                   texture: float = 0.03, block_center: float = 0.6) -> SegmentationData:
-    """Synthetic Synapse-like data set: ``num_cases`` training cases cut into slices and
-    ``num_test_cases`` test volumes (thesis ``ch:adawac``, ``subsec:pixel-wise-classification``).
-
-    Every case is a :func:`rdr_jax.adawac.phantom.phantom_volume`; training cases are named
-    ``case0000..`` and test cases continue the numbering. The host generator is
-    ``np.random.default_rng`` seeded with ``jax.random.key_data(key)``, so the same key gives
-    the same data and different keys give different data.
+    """Synthetic Synapse-like data: ``num_cases`` training cases cut into slices
+    and ``num_test_cases`` test volumes (same key, same data).
 
     Args:
-        key: a JAX PRNG key.
-        num_cases: Python int >= 1, training cases.
-        num_slices: Python int >= 4, slices per case.
-        size: Python int >= 8, in-plane size (square).
-        num_test_cases: Python int >= 0; default ``max(1, 2 * num_cases // 3)`` (the
-            Synapse 18 : 12 ratio).
+        key: JAX PRNG key. num_cases: >= 1. num_slices: >= 4. size: >= 8.
+        num_test_cases: default ``max(1, 2 num_cases // 3)`` (Synapse's 18 : 12).
         deform, z_scale, noise, texture, block_center: see
             :func:`rdr_jax.adawac.phantom.phantom_volume`.
 
     Returns:
-        :class:`rdr_jax.adawac.data.SegmentationData` (``train`` slices, ``test`` volumes or
-        None when ``num_test_cases = 0``, ``num_classes = 9``, Synapse class names).
-
-    Example:
-        >>> d = phantom_cases(jax.random.key(1), 2, 8, 16, num_test_cases=1)
-        >>> len(d.train.names), len(d.test.names)
-        (16, 1)
+        :class:`rdr_jax.adawac.data.SegmentationData` with 9 classes.
     """
-    key, num_cases, num_slices, size, num_test_cases = _check_case_args(
+    key, num_cases, num_slices, size, num_test_cases = check_case_args(
         key, num_cases, num_slices, size, num_test_cases, test_per_train=(2, 3))
-    deform, noise, texture = (_check_nonneg(n, v) for n, v in
+    deform, noise, texture = (check_nonneg(n, v) for n, v in
                               (("deform", deform), ("noise", noise), ("texture", texture)))
     lo, hi = z_scale
     if not (0.0 < lo <= hi <= 1.0):
         raise ValueError(f"z_scale must satisfy 0 < low <= high <= 1; got {z_scale}")
     if not (0.0 < block_center < 1.0):
         raise ValueError(f"block_center must lie in (0, 1); got {block_center}")
-    return _phantom_dataset(
+    return phantom_dataset(
         key, num_cases, num_test_cases, "case", SYNAPSE_CLASSES,
         lambda rng: phantom_volume(rng, num_slices, size, deform=deform, z_scale=z_scale,
                                    noise=noise, texture=texture, block_center=block_center))
-
-
-def _check_nonneg(name: str, value) -> float:
-    """``value`` as a float; TypeError unless a real number, ValueError unless finite >= 0."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not np.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0; got {value}")
-    return value
-
-
-def _check_case_args(key, num_cases, num_slices, size, num_test_cases,
-                     test_per_train: tuple[int, int]):
-    """Validated ``(key, num_cases, num_slices, size, num_test_cases)`` of a phantom data set;
-    ``num_test_cases=None`` becomes ``max(1, a * num_cases // b)`` for ``test_per_train =
-    (a, b)`` (Synapse 12 : 18 -> (2, 3); ACDC 20 : 70 -> (2, 7))."""
-    key = check_key(key)
-    num_cases = check_int("num_cases", num_cases, low=1)
-    num_slices = check_int("num_slices", num_slices, low=4)
-    size = check_int("size", size, low=8)
-    if num_test_cases is None:
-        a, b = test_per_train
-        num_test_cases = max(1, (a * num_cases) // b)
-    num_test_cases = check_int("num_test_cases", num_test_cases, low=0)
-    return key, num_cases, num_slices, size, num_test_cases
-
-
-def _phantom_dataset(key, num_cases: int, num_test_cases: int, prefix: str,
-                     class_names: tuple[str, ...], make_volume) -> SegmentationData:
-    """Draw ``num_cases + num_test_cases`` volumes ``make_volume(rng) -> (image, label)``
-    from the host generator seeded with ``jax.random.key_data(key)``; the first
-    ``num_cases`` (named ``<prefix>0000..``) become training slices, the rest test volumes
-    (None when there are none). Shared by the CT and the cine-MRI phantoms."""
-    seed = np.asarray(jax.random.key_data(key)).astype(np.uint64).ravel().tolist()
-    rng = np.random.default_rng(seed)
-    vols = [make_volume(rng) for _ in range(num_cases + num_test_cases)]
-    names = [f"{prefix}{i:04d}" for i in range(num_cases + num_test_cases)]
-    train = slices_from_volumes([v[0] for v in vols[:num_cases]],
-                                [v[1] for v in vols[:num_cases]], names[:num_cases])
-    test = None
-    if num_test_cases:
-        test = VolumeDataset(tuple(v[0] for v in vols[num_cases:]),
-                             tuple(v[1] for v in vols[num_cases:]), tuple(names[num_cases:]))
-    return SegmentationData(train, test, None, len(class_names), class_names)

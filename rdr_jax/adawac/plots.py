@@ -1,32 +1,10 @@
-"""Chapter 5 figures: AdaWAC weight heatmaps and segmentation overlays (thesis ``ch:adawac``).
+"""Chapter 5 figures: AdaWAC weight heatmaps and segmentation overlays.
 
-* :func:`weight_heatmaps` -- thesis ``fig:synapse-weights``: the per-slice cross-entropy
-  ``l_CE(theta_t; (x_i, y_i))`` (``eq:cross_entropy_loss``, top), the CE weights ``beta_t``
-  (middle) and the consistency regulariser ``R_AC(theta_t; x_i, A_i1, A_i2)`` (``eq:dac``,
-  bottom) over the whole training run; slices along x (ordered by case, then slice number),
-  epochs along y (epoch 0 at the top); cases (patients) separated by black lines, slices
-  with / without non-background pixels by purple lines.
-* :func:`segmentation_overlay` -- thesis ``fig:synapse``, ``fig:acdc`` and
-  ``fig:vis_synapse_half_slice_sparse``: test slices with the ground truth and the
-  predictions of several methods alpha-blended over the grey image with a fixed organ colour
-  table, plus a legend (:func:`legend_figure` draws the stand-alone legend strip of
-  ``fig:vis_synapse_half_slice_sparse``).
-* Colour tables :data:`SYNAPSE_COLORS` (8 organs) and :data:`ACDC_COLORS` (3 structures),
-  indexed by class id (row 0, background, is never painted); :func:`default_colors` picks the
-  table for a list of class names and falls back to a generic palette for any other number
-  of classes.
-
-All functions are pure: they build a :class:`matplotlib.figure.Figure` directly (no
-``pyplot``, so no global figure registry and nothing to close), return it, and write a PNG
-when ``path`` is given. Inputs may be NumPy or JAX arrays; they are validated at the
-boundary and bad inputs raise ``ValueError`` / ``TypeError`` naming the argument.
-
-Example:
-    >>> import numpy as np
-    >>> h = {k: np.random.default_rng(0).random((3, 6)) for k in ("ce", "cons", "beta")}
-    >>> fig = weight_heatmaps(h, np.array([0, 0, 0, 1, 1, 1]))
-    >>> len(fig.axes)  # three heatmaps + three colour bars
-    6
+:func:`weight_heatmaps` (Figure 5.3), :func:`segmentation_overlay`
+(Figure 5.2, C.1), :func:`legend_figure` and the colour tables. Functions build a
+:class:`matplotlib.figure.Figure` without ``pyplot`` (nothing global to close), return it and
+write a PNG when ``path`` is given. Why: the thesis' figures from a run's history. Layout
+details: ``docs/training.md`` ("AdaWAC figures").
 """
 
 from __future__ import annotations
@@ -64,7 +42,7 @@ SYNAPSE_COLORS = _table(["#000000", "#0000ff", "#00c000", "#ff0000", "#00ffff", 
 #: (0 background -- never painted, 1 RV blue, 2 Myo green, 3 LV red).
 ACDC_COLORS = _table(["#000000", "#0000ff", "#00c000", "#ff0000"])
 
-#: Panel order of :func:`weight_heatmaps` (top to bottom, as in ``fig:synapse-weights``).
+#: Panel order of :func:`weight_heatmaps` (top to bottom, as in Figure 5.3).
 HEATMAP_FIELDS = ("ce", "beta", "cons")
 #: Colormap per panel (NaN -- slice not seen in that epoch -- is drawn light grey).
 HEATMAP_CMAPS = {"ce": "YlOrRd", "beta": "YlGnBu", "cons": "YlOrRd"}
@@ -133,57 +111,24 @@ def weight_heatmaps(history: Any, case_index: Any, *, slice_order: Optional[Any]
                     title: Optional[str] = None, path: Optional[PathLike] = None,
                     robust: bool = True, dpi: int = 150) -> Figure:
     """Heatmaps of per-slice CE, CE weight beta and consistency over training
-    (thesis ``fig:synapse-weights``).
-
-    The AdaWAC objective (``eq:objective_dac_encoder_weighted_adawac``) gives slice ``i``
-    the weight ``beta_i`` on its cross-entropy ``l_CE(theta_t; (x_i, y_i))`` and
-    ``1 - beta_i`` on its consistency regulariser ``R_AC(theta_t; x_i, A_i1, A_i2)``, with
-    the mirror-ascent update
-    ``beta_i <- beta_i exp(eta l_CE) / (beta_i exp(eta l_CE) + (1 - beta_i) exp(eta R_AC))``
-    (``alg:srw_dac``). The figure shows, top to bottom, ``l_CE``, ``beta`` and ``R_AC`` as
-    ``epochs x slices`` images: column ``j`` is slice ``order[j]``, row ``e`` is epoch ``e``
-    (epoch 0 at the top), so panel data is ``history[f][:, order]`` exactly (NaN -- a slice
-    not seen in an epoch -- is masked and drawn light grey). ``order`` is ``slice_order`` if
-    given, else the slices sorted by ``case_index`` and then ``slice_index`` (stable, so
-    without ``slice_index`` the given row order is kept within a case). Black vertical lines
-    at ``x = j + 0.5`` separate columns ``j, j + 1`` of different cases; purple lines
-    (``foreground`` given) separate neighbours of the same case of which exactly one has
-    non-background pixels. Colour ranges: beta on [0, 1]; CE and consistency on their
-    1st-99th percentile (``robust=True``) or full finite range.
+    (Figure 5.3): ``epochs x slices`` images, slices ordered by case then slice
+    number, case boundaries in black, foreground changes in purple; NaN (not seen) in grey.
 
     Args:
-        history: dict or NamedTuple with arrays ``ce``, ``cons``, ``beta``, each of shape
-            ``(epochs, num_slices)`` (row ``i`` of the data set = column ``i``), NaN where a
-            slice was not seen.
-        case_index: int ``(num_slices,)``, the case (patient) of each slice
+        history: ``ce``, ``cons``, ``beta`` arrays ``(epochs, num_slices)``.
+        case_index: ``(num_slices,)``, the case of each slice
             (:attr:`rdr_jax.adawac.data.SliceDataset.case_index`).
-        slice_order: optional permutation of ``range(num_slices)``: the column order.
-        slice_index: optional int ``(num_slices,)``, slice number within its case
-            (:attr:`rdr_jax.adawac.data.SliceDataset.slice_index`), used by the default order.
-        foreground: optional bool ``(num_slices,)``, whether the slice has non-background
-            pixels (:func:`rdr_jax.adawac.data.has_foreground`).
-        title: optional figure title.
-        path: optional PNG path to write (parent folder must exist).
-        robust: clip the CE / consistency colour range to the 1st-99th percentiles.
-        dpi: PNG resolution.
+        slice_order: optional column permutation. slice_index: slice numbers for the default
+            order. foreground: optional bool ``(num_slices,)``.
+        title, path, dpi: figure title, PNG path, resolution.
+        robust: clip the CE / consistency colours to the 1st-99th percentiles.
 
     Returns:
-        :class:`matplotlib.figure.Figure` with 3 heatmap axes (``fig.axes[0:3]``, labelled
-        ``"ce"``, ``"beta"``, ``"cons"`` via ``Axes.get_label()``) and their 3 colour bars.
-        Case lines carry ``gid="case-boundary"``, foreground lines ``gid="foreground-boundary"``.
+        :class:`matplotlib.figure.Figure` with 3 heatmaps (labels ``"ce"``, ``"beta"``,
+        ``"cons"``) and their colour bars.
 
     Raises:
-        ValueError / TypeError: missing fields, non-2-D or mismatched shapes of ce/cons/beta,
-            infinite values, ``case_index`` / ``slice_index`` / ``foreground`` of the wrong
-            length or dtype, ``slice_order`` not a permutation.
-
-    Example:
-        >>> import numpy as np
-        >>> h = {"ce": np.ones((2, 4)), "cons": np.zeros((2, 4)), "beta": np.full((2, 4), .5)}
-        >>> fig = weight_heatmaps(h, [0, 0, 1, 1])
-        >>> [float(l.get_xdata()[0]) for l in fig.axes[0].lines
-        ...  if l.get_gid() == "case-boundary"]
-        [1.5]
+        ValueError / TypeError: missing fields, mismatched shapes, infinite values.
     """
     arrays = {f: _float_2d(f"history.{f}", _get_field(history, f)) for f in HEATMAP_FIELDS}
     shapes = {f: a.shape for f, a in arrays.items()}
@@ -260,19 +205,8 @@ def weight_heatmaps(history: Any, case_index: Any, *, slice_order: Optional[Any]
 # ----------------------------------------------------------------------------- colours
 
 def default_colors(class_names: Sequence[str]) -> np.ndarray:
-    """The colour table for ``class_names``: :data:`SYNAPSE_COLORS` for the Synapse classes,
-    :data:`ACDC_COLORS` for the ACDC classes, otherwise a generic table (``tab10`` for up to
-    10 classes, ``tab20`` up to 20, evenly spaced hues beyond) with row 0 black.
-
-    Args:
-        class_names: names of the classes, index = class id, background first.
-
-    Returns:
-        float ``(num_classes, 3)`` RGB in [0, 1].
-
-    Example:
-        >>> default_colors(("background", "RV", "Myo", "LV")).shape
-        (4, 3)
+    """The colour table ``(num_classes, 3)`` for ``class_names``:
+    :data:`SYNAPSE_COLORS`, :data:`ACDC_COLORS` or a generic palette (row 0 black).
     """
     names = _check_class_names(class_names)
     if names == tuple(SYNAPSE_CLASSES):
@@ -334,21 +268,8 @@ def _legend_columns(labels: Sequence[str], width: float) -> int:
 
 def legend_figure(class_names: Sequence[str], colors: Optional[Any] = None, *,
                   path: Optional[PathLike] = None, dpi: int = 150) -> Figure:
-    """A stand-alone legend strip of the organ colours (the ``synpase_legend.png`` of thesis
-    ``fig:vis_synapse_half_slice_sparse``).
-
-    Args:
-        class_names: names, index = class id (background first; it gets no entry).
-        colors: ``(num_classes, 3)`` RGB table; default :func:`default_colors`.
-        path: optional PNG path.
-        dpi: PNG resolution.
-
-    Returns:
-        :class:`matplotlib.figure.Figure` holding one legend with ``num_classes - 1`` entries.
-
-    Example:
-        >>> len(legend_figure(("background", "RV", "Myo", "LV")).legends[0].get_texts())
-        3
+    """A stand-alone legend strip of the class colours
+    (Figure C.2; background gets no entry).
     """
     names = _check_class_names(class_names)
     table = default_colors(names) if colors is None else _check_colors(colors, len(names))
@@ -408,56 +329,22 @@ def segmentation_overlay(image: Any, label: Any, predictions: Mapping[str, Any],
                          gt_title: str = "ground truth", title: Optional[str] = None,
                          legend: bool = True, path: Optional[PathLike] = None,
                          dpi: int = 150) -> Figure:
-    """Ground truth and predictions of several methods over the grey image (thesis
-    ``fig:synapse``, ``fig:acdc``, ``fig:vis_synapse_half_slice_sparse``).
-
-    Each panel shows the RGB image ``(1 - alpha) g + alpha c[y]`` at pixels of class
-    ``y > 0`` and ``g`` (grey) at background pixels, where ``g`` is the example's image
-    min-max scaled to [0, 1] (per example; a constant image is 0) and ``c`` the colour table.
-    Panels: the ground truth, then one per method in the dict's order.
+    """Ground truth and predictions of several methods blended over the grey
+    image (Figure 5.2, C.1, C.2).
 
     Args:
-        image: float ``(H, W)`` or ``(B, H, W)``, finite.
-        label: int class ids, same shape as ``image``.
-        predictions: dict ``method name -> int class ids`` of the shape of ``image`` (e.g.
-            ``{"ours (AdaWAC)": ..., "baseline": ...}``); may be empty.
-        class_names: names, index = class id (background first), e.g.
-            :data:`rdr_jax.adawac.data.SYNAPSE_CLASSES`.
-        colors: ``(>= num_classes, 3)`` RGB table in [0, 1]; default
-            :func:`default_colors` (:data:`SYNAPSE_COLORS` / :data:`ACDC_COLORS` /
-            generic).
-        alpha: blending weight of the colour, in [0, 1].
-        layout: ``"rows"`` -- one row per example, columns ground truth then methods;
-            ``"columns"`` -- the thesis figures' layout, one column per example and rows
-            ground truth, method 1, method 2, ... ("top to bottom: ground truth, ours,
-            baseline").
-        example_names: optional labels of the examples (length ``B``).
-        gt_title: label of the ground-truth panels.
-        title: optional figure title.
-        legend: draw a legend of the non-background classes present in the table.
-        path: optional PNG path to write.
-        dpi: PNG resolution.
+        image: ``(H, W)`` or ``(B, H, W)``. label: class ids of the same shape.
+        predictions: ``method name -> class ids`` (may be empty).
+        class_names: names, background first. colors: RGB table (default
+            :func:`default_colors`). alpha: blending weight in [0, 1].
+        layout: ``"rows"`` (one row per example) or ``"columns"`` (the thesis' layout).
+        example_names, gt_title, title, legend, path, dpi: labels, legend and output.
 
     Returns:
-        :class:`matplotlib.figure.Figure` with ``B * (1 + len(predictions))`` axes, each
-        holding one RGB image (``ax.images[0].get_array()``, float ``(H, W, 3)``). With
-        ``layout="rows"`` axes are in row-major order ``[example][panel]``; with
-        ``"columns"`` ``[panel][example]``.
+        :class:`matplotlib.figure.Figure` with ``B * (1 + len(predictions))`` image axes.
 
     Raises:
-        ValueError / TypeError: image not 2-D/3-D or not finite, label / prediction shapes
-            different from the image's, non-integer labels, class ids outside
-            ``[0, num_classes)`` (beyond the colour table), a colour table with too few rows
-            or values outside [0, 1], bad ``alpha`` / ``layout`` / ``example_names``.
-
-    Example:
-        >>> import numpy as np
-        >>> img = np.random.default_rng(0).random((2, 8, 8))
-        >>> lab = np.zeros((2, 8, 8), int); lab[:, 2:5, 2:5] = 3
-        >>> fig = segmentation_overlay(img, lab, {"ours": lab, "baseline": 0 * lab},
-        ...                            class_names=("background", "RV", "Myo", "LV"))
-        >>> len(fig.axes)
-        6
+        ValueError / TypeError: bad shapes, non-finite images, class ids outside the table.
     """
     names = _check_class_names(class_names)
     k = len(names)

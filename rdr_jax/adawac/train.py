@@ -1,62 +1,12 @@
-"""AdaWAC and baseline training for segmentation (thesis ``ch:adawac``, ``alg:srw_dac``).
+"""AdaWAC and baseline training for segmentation (thesis Ch. 5, Algorithm 6).
 
-One jitted step per method trains a segmentation network ``x -> (logits, encoder features)``
-on two independently augmented views of every slice of a mini-batch (``batch_two_views``).
-With per-sample cross-entropy ``ce_i`` (supervised view, pixel-averaged), consistency
-``cons_i = lambda * mean((phi(A_1 x_i) - phi(A_2 x_i))^2)`` and the batch dice loss, every
-method minimises (thesis ``eq:objective_wac_dice`` with the reference weights 0.5/0.5)::
-
-    L = 0.5 dice + 0.5 * 1/B sum_i [a_i ce_i + c_i cons_i]
-
-with per-method row weights ``(a_i, c_i)`` (``sec:experiments_adawac``, ``tab:trim``,
-``tab:ablation``):
-
-=================  ===========================================  =========================
-method             ``a_i``                                      ``c_i``
-=================  ===========================================  =========================
-``erm``            1 (TransUNet baseline: 0.5 ce + 0.5 dice)     0
-``adawac``         ``beta_i`` (table, mirror ascent, eta > 0)    ``1 - beta_i``
-``reweight-only``  ``beta_i`` (as adawac with lambda = 0)        ``1 - beta_i`` (cons = 0)
-``acr-only``       ``beta_i = 1/2`` (as adawac with eta = 0)     ``1/2``
-``pseudo-adawac``  ``1{slice has foreground}``                   ``1 - a_i``
-``trim-train``     ``1{slice has foreground}``                   0
-``trim-train+acr`` ``1{slice has foreground}``                   1
-``trim-ratio``     1 for the ``B - floor(B (1 - r))`` largest     0
-                   ``ce`` of the batch, else 0 (``r = 1280/2211``)
-``trim-ratio+acr`` as trim-ratio                                 1
-=================  ===========================================  =========================
-
-**The beta step comes first** (``alg:srw_dac`` lines 5-9, implementation notes "Chapter 5"):
-one forward pass at the current parameters gives ``(dice, ce, cons)`` and its VJP
-(``jax.vjp``); the rows ``idx`` of the table move by entropic mirror ascent
-``logit(beta_i) += eta (ce_i - cons_i)`` (:func:`rdr_jax.adawac.transform.beta_mirror_ascent`
-on :func:`~rdr_jax.adawac.transform.beta_gradient`); then the cotangents
-``(0.5, 0.5 a / B, 0.5 c / B)`` built from the *new* weights are pulled back through the VJP
-to the parameter gradient. SGD (lr 0.01, momentum 0.9, weight decay 1e-4, optional poly
-decay ``(1 - t/T)^0.9`` of the TransUNet trainer) updates the parameters.
-
-Training-loop services come from the loop both chapters share (:func:`rdr_jax.training.fit`):
-:func:`train` supplies the step, a two-view pair loader with an explicit position ``(epoch,
-seed, offset)`` (:class:`PairLoader`; the permutation of epoch ``e`` is a function of ``(seed,
-e)``) and a hook that snapshots the beta / CE / consistency tables once per epoch; ``fit``
-jits the step once, shards the batch axis over a 1-D ``jax.sharding`` mesh (parameters,
-optimizer state and the beta table replicated; no pmap), fetches the metrics once per
-``log_every`` steps (no per-step host sync; ``workdir/metrics.jsonl``), checkpoints
-everything that changes with orbax (parameters, BatchNorm statistics, optimizer and beta
-states, the table, the last per-slice ``ce``/``cons``, step, loader position, the table
-history), so that a killed and resumed run equals an uninterrupted one bit for bit on CPU,
-and evaluates on test volumes at the end (:func:`evaluate`, DSC / HD95 via
-:mod:`rdr_jax.adawac.metrics`).
-
-Example:
-    >>> import jax
-    >>> from rdr_jax.adawac import configs, phantom_cases
-    >>> from rdr_jax.adawac.train import train
-    >>> cfg = configs.get_config("phantom_quick", quick=True)
-    >>> data = phantom_cases(jax.random.key(0), 4, 8, 32)
-    >>> res = train(cfg, data.train)                     # doctest: +SKIP
-    >>> res.state.beta.shape                              # doctest: +SKIP
-    (32,)
+Every method minimises ``0.5 dice + 0.5 * 1/B sum_i [a_i ce_i + c_i cons_i]`` on two augmented
+views per slice, with per-method row weights ``(a_i, c_i)`` (:data:`METHODS`; AdaWAC:
+``beta_i`` and ``1 - beta_i``, updated by mirror ascent *before* the parameter step). The step
+runs on the loop both chapters share, :func:`rdr_jax.training.fit` (one compilation,
+data-parallel, checkpoint/resume bitwise on CPU). Why: AdaWAC and the baselines of
+Table 5.2 / 5.4 on one code path. Method table and step order:
+``docs/training.md`` ("AdaWAC training").
 """
 
 from __future__ import annotations
@@ -96,15 +46,12 @@ __all__ = ["METHODS", "MethodSpec", "TRIM_KEEP_RATIO", "TinySegNet", "PairLoader
 
 
 class MethodSpec(NamedTuple):
-    """How a method weighs ``ce`` and ``cons`` (see the module table).
+    """How a method weighs ``ce`` and ``cons``.
 
     Attributes:
-        name: canonical method name.
-        ce_rows: ``"beta"`` (table rows), ``"one"``, ``"foreground"`` or ``"trim-ratio"``.
+        name: canonical name. ce_rows: ``"beta"``, ``"one"``, ``"foreground"``, ``"trim-ratio"``.
         cons_rows: ``"one-minus-beta"``, ``"zero"``, ``"one"`` or ``"background"``.
-        update_beta: whether the table moves (mirror ascent with ``eta``).
-        force_eta: eta fixed by the method (acr-only: 0) or None (from the config).
-        force_lam: lambda fixed by the method (reweight-only: 0) or None.
+        update_beta: whether the table moves. force_eta, force_lam: values fixed by the method.
     """
 
     name: str
@@ -136,14 +83,8 @@ _ALIASES = {"baseline": "erm", "transunet": "erm", "ada-wac": "adawac",
 
 
 def method_spec(method: str) -> MethodSpec:
-    """The :class:`MethodSpec` of ``method`` (case-insensitive, ``_`` for ``-`` accepted).
-
-    Raises:
-        ValueError: unknown method (the known ones are listed).
-
-    Example:
-        >>> method_spec("trim_train").cons_rows
-        'zero'
+    """The :class:`MethodSpec` of ``method`` (case-insensitive, ``_`` for ``-``,
+    aliases such as ``baseline``); ValueError for an unknown one.
     """
     if not isinstance(method, str):
         raise TypeError(f"method must be a string, one of {sorted(METHODS)}; got "
@@ -203,21 +144,11 @@ class _Settings(NamedTuple):
 
 def validate_config(config: Any, *, num_examples: Optional[int] = None,
                     num_devices: int = 1) -> _Settings:
-    """Check a training config (see :mod:`rdr_jax.adawac.configs`) and return its settings.
-
-    Checks: ``method`` known; ``eta >= 0``; ``lam >= 0``; ``batch_size >= 1`` and divisible by
-    ``num_devices`` (the batch axis is split evenly over the mesh); ``lr > 0``, ``momentum in
-    [0, 1)``, ``weight_decay >= 0``; ``schedule in {"constant", "poly"}``; ``keep_ratio in (0,
-    1]``; ``num_steps >= 1`` or ``epochs >= 1``; ``batch_size <= num_examples``; ``dtype``
-    (the model's computation dtype) ``"float32"`` or ``"bfloat16"``.
+    """Check a training config (:mod:`rdr_jax.adawac.configs`) and return its
+    settings; ``batch_size`` must divide over ``num_devices`` and fit ``num_examples``.
 
     Raises:
         ValueError / TypeError: naming the offending field.
-
-    Example:
-        >>> from rdr_jax.adawac.configs import get_config
-        >>> validate_config(get_config("phantom_quick"), num_examples=128).spec.name
-        'adawac'
     """
     spec = method_spec(_get(config, "method", "adawac"))
     eta = _real("eta", _get(config, "eta", 0.0))
@@ -270,23 +201,16 @@ _MODELS = ("tiny", "unet", "transunet")
 
 
 def settings_optimizer(st: "_Settings") -> optax.GradientTransformation:
-    """The parameter optimizer of validated settings (:func:`validate_config`): SGD with the
-    config's lr, momentum, weight decay and schedule over ``st.num_steps``."""
+    """The parameter optimizer of validated settings (SGD, schedule over
+    ``num_steps``).
+    """
     return make_optimizer(st.lr, momentum=st.momentum, weight_decay=st.weight_decay,
                           schedule=st.schedule, num_steps=st.num_steps)
 
 
 def build_model(config: Any, num_classes: int, *, image_size: int, seed: int = 0) -> nnx.Module:
-    """The network named by ``config.model.name`` (``tiny``, ``unet``, ``transunet``), built
-    by the model registry :func:`rdr_jax.models.build_model`; ``config.model.small`` picks
-    the CPU-sized UNet / TransUNet (``.small``), ``model.width`` / ``model.depth`` size the
-    tiny net. Parameters from ``nnx.Rngs(params=seed, dropout=seed + 1)``, in float32;
-    ``config.dtype`` (``"float32"`` default, or ``"bfloat16"``) is the computation dtype
-    (:func:`rdr_jax.training.compute_dtype`; the model returns float32 logits and features).
-
-    Example:
-        >>> from rdr_jax.adawac.configs import get_config
-        >>> m = build_model(get_config("phantom_quick"), 9, image_size=32)
+    """The network ``config.model.name`` names (``tiny``, ``unet``, ``transunet``;
+    ``model.small``: the CPU-sized variant), in the config's computation dtype.
     """
     name = _get(config, "model.name", "tiny")
     if name not in _MODELS:
@@ -306,14 +230,8 @@ def build_model(config: Any, num_classes: int, *, image_size: int, seed: int = 0
 def make_optimizer(lr: float = 0.01, *, momentum: float = 0.9, weight_decay: float = 1e-4,
                    schedule: str = "constant", num_steps: int = 1
                    ) -> optax.GradientTransformation:
-    """SGD with momentum and coupled weight decay, as ``torch.optim.SGD`` (``app:imp``;
-    :func:`rdr_jax.training.sgd`).
-
-    ``g <- g + wd * theta`` then heavy-ball momentum; ``schedule="poly"`` gives the TransUNet
-    trainer's ``lr (1 - t / T)^0.9``.
-
-    Example:
-        >>> tx = make_optimizer(0.01, schedule="poly", num_steps=100)
+    """SGD with momentum and coupled weight decay, as ``torch.optim.SGD``
+    (Section C.4); ``schedule="poly"``: the TransUNet trainer's ``lr (1 - t/T)^0.9``.
     """
     if schedule == "poly":
         T = max(1, int(num_steps))
@@ -327,19 +245,9 @@ def make_optimizer(lr: float = 0.01, *, momentum: float = 0.9, weight_decay: flo
 
 
 class PairLoader:
-    """Mini-batches of row indices with an explicit, checkpointable position.
-
-    Epoch ``e`` visits the rows in the order ``default_rng([seed, e]).permutation(n)`` in
-    consecutive chunks of ``batch_size``; an incomplete last chunk is dropped (fixed shapes,
-    one compilation). The position is ``(epoch, offset)``; :meth:`state_dict` /
-    :meth:`load_state_dict` save and restore it, so a resumed run sees the same batches.
-    The two augmented views of each slice are drawn inside the train step from
-    ``fold_in(key, step)``.
-
-    Example:
-        >>> ld = PairLoader(10, 4, seed=0)
-        >>> len(ld.next_indices()), ld.state_dict()
-        (4, {'epoch': 0, 'offset': 4, 'seed': 0})
+    """Mini-batches of row indices with a checkpointable position ``(epoch,
+    offset)``; epoch ``e`` permutes the rows with ``default_rng([seed, e])`` and drops the last
+    incomplete batch.
     """
 
     def __init__(self, num_examples: int, batch_size: int, *, seed: int = 0, epoch: int = 0,
@@ -378,8 +286,9 @@ class PairLoader:
 
 
 class StepMetrics(NamedTuple):
-    """Per-step outputs: ``loss``, ``dice``, mean ``ce`` and ``cons`` (scalars); per-row
-    ``ce_rows``, ``cons_rows``, weights ``a_rows`` (on ``ce``), ``c_rows`` (on ``cons``)."""
+    """Per-step outputs: ``loss``, ``dice``, mean ``ce`` and ``cons``, and the rows'
+    ``ce_rows``, ``cons_rows`` and weights ``a_rows``, ``c_rows``.
+    """
 
     loss: Array
     dice: Array
@@ -393,20 +302,9 @@ class StepMetrics(NamedTuple):
 
 def init_state(model: nnx.Module, tx: optax.GradientTransformation, beta0: Array
                ) -> tuple[ModelGraph, TrainState]:
-    """Split ``model`` into a :class:`ModelGraph` and an initial
-    :class:`rdr_jax.training.TrainState` whose ``extra`` holds AdaWAC's tables (read as
-    attributes, ``state.beta``):
-
-    * ``beta``: ``(n,)`` weight table (adawac-family: in (0, 1), init 1/2; pseudo-adawac:
-      ``1{foreground}``; other methods: 1/2, unused);
-    * ``beta_state``: state of :func:`~rdr_jax.adawac.transform.beta_mirror_ascent`;
-    * ``last_ce``, ``last_cons``: ``(n,)`` the per-slice ``ce``/``cons`` when each row was
-      last in a batch (NaN before), for the beta/loss heatmaps.
-
-    Example:
-        >>> g, s = init_state(TinySegNet(3, rngs=nnx.Rngs(0)), make_optimizer(), init_beta(5))
-        >>> s.beta.shape
-        (5,)
+    """Split ``model`` into a :class:`ModelGraph` and a
+    :class:`rdr_jax.training.TrainState` whose ``extra`` holds AdaWAC's ``beta`` table, its
+    ``beta_state`` and the last per-slice ``last_ce`` / ``last_cons`` (NaN until seen).
     """
     beta0 = jnp.asarray(beta0)
     nan = jnp.full(beta0.shape, jnp.nan, jnp.result_type(beta0, jnp.float32))
@@ -419,16 +317,8 @@ def init_state(model: nnx.Module, tx: optax.GradientTransformation, beta0: Array
 
 def row_weights(spec: MethodSpec, beta_rows: Array, ce: Array, fg: Array,
                 keep_ratio: float = TRIM_KEEP_RATIO) -> tuple[Array, Array]:
-    """The per-row weights ``(a, c)`` on ``ce`` and ``cons`` of a method (module table).
-
-    ``trim-ratio`` keeps the ``B - floor(B (1 - keep_ratio))`` rows with the largest ``ce``
-    (ties broken by position) and zeroes the rest.
-
-    Example:
-        >>> a, c = row_weights(method_spec("trim-train"), jnp.full(2, .5), jnp.ones(2),
-        ...                    jnp.array([True, False]))
-        >>> a.tolist(), c.tolist()
-        ([1.0, 0.0], [0.0, 0.0])
+    """The per-row weights ``(a, c)`` of a method (``trim-ratio`` keeps the rows
+    with the largest ``ce``).
     """
     dt = jnp.result_type(ce, jnp.float32)
     b = ce.shape[0]
@@ -457,27 +347,17 @@ def row_weights(spec: MethodSpec, beta_rows: Array, ce: Array, fg: Array,
 def make_train_step(graph: ModelGraph, tx: optax.GradientTransformation, spec: MethodSpec, *,
                     eta: float, lam: float, dice_weight: float = 0.5, wac_weight: float = 0.5,
                     keep_ratio: float = TRIM_KEEP_RATIO) -> Callable:
-    """The pure train step of a method (``alg:srw_dac`` for the adawac family).
+    """The pure train step ``step(state, key, images, labels, idx, fg) ->
+    (state, StepMetrics)`` of a method: two views, one forward pass and its VJP, the beta step on
+    rows ``idx`` (adawac family, ``eta > 0``), then the parameter update with the *new* weights.
 
-    ``step(state, key, images (B,H,W), labels (B,H,W), idx (B,), fg (B,)) -> (state,
-    StepMetrics)``:
+    Args:
+        graph, tx: from :func:`init_state` and the optimizer. spec: :class:`MethodSpec`.
+        eta, lam: beta step size and consistency scale.
+        dice_weight, wac_weight, keep_ratio: objective weights and the trim-ratio fraction.
 
-    1. ``k = fold_in(key, state.step)``; two views ``batch_two_views(k, images, labels)``;
-    2. one forward pass (BatchNorm in training mode) over ``[view1; view2]`` (view 1 only when
-       the method has no consistency term), ``(dice, ce, cons), vjp = jax.vjp(...)`` at the
-       current parameters; ``ce`` and dice on view 1, ``cons = lam mean((z1 - z2)^2)``;
-    3. (adawac family with ``eta > 0``) beta step on rows ``idx``: ``g = beta_gradient(ce,
-       cons, idx, n)``, ``beta <- beta_mirror_ascent(eta)`` -- before the parameter step;
-    4. weights ``(a, c) = row_weights(...)`` from the *new* table rows; cotangents
-       ``(dice_weight, wac_weight a / B, wac_weight c / B)`` pulled back through ``vjp``;
-       optax update of the parameters.
-
-    Not jitted; :func:`rdr_jax.training.fit` jits it once with shardings.
-
-    Example:
-        >>> g, s = init_state(TinySegNet(9, rngs=nnx.Rngs(0)), make_optimizer(), init_beta(8))
-        >>> step = jax.jit(make_train_step(g, make_optimizer(), method_spec("adawac"),
-        ...                                eta=8.0, lam=2.0))
+    Returns:
+        The step (not jitted).
     """
     beta_tx = beta_mirror_ascent(float(eta))
     update_beta = spec.update_beta and eta > 0
@@ -529,11 +409,7 @@ def make_train_step(graph: ModelGraph, tx: optax.GradientTransformation, spec: M
 def evaluate(graph: ModelGraph, state: TrainState, volumes: VolumeDataset, num_classes: int,
              *, image_size: int, batch_size: int = 24,
              predict: Optional[Callable] = None) -> dict:
-    """Mean DSC / HD95 over test volumes (``sec:experiments_adawac``; metrics module).
-
-    Slices are resized to ``image_size`` (cubic), predicted in batches with BatchNorm in
-    evaluation mode, resized back (nearest), scored per class on the 3-D mask, averaged over
-    volumes then classes.
+    """Mean DSC / HD95 over test volumes (:mod:`rdr_jax.adawac.metrics`).
 
     Returns:
         ``{"dice", "hd95", "per_class_dice", "per_class_hd95", "per_volume_dice"}``.
@@ -558,15 +434,10 @@ class TrainResult(NamedTuple):
     """What :func:`train` returns.
 
     Attributes:
-        state: final :class:`TrainState` (host-replicated arrays).
-        graph: :class:`ModelGraph`.
-        losses: per-step total losses of the steps run in this call (floats).
-        history: per-epoch snapshots ``{"step", "epoch", "beta", "ce", "cons"}`` (lists over
-            all rows of the table) plus the run's metadata, restored across resumes.
-        test: test metrics of :func:`evaluate` or None.
-        resumed_from: the step restored from a checkpoint (None for a fresh run).
-        seconds_per_step: mean wall time of a step after the first (compilation) one,
-            checkpoints and evaluation excluded.
+        state: final TrainState. graph: ModelGraph. losses: per-step losses of this call.
+        history: per-epoch ``beta`` / ``ce`` / ``cons`` snapshots and run metadata.
+        test: metrics of :func:`evaluate` or None. resumed_from: restored step or None.
+        seconds_per_step: mean step time after the first.
     """
 
     state: TrainState
@@ -580,10 +451,9 @@ class TrainResult(NamedTuple):
 
 @functools.lru_cache(maxsize=32)
 def settings_step(graph: ModelGraph, st: _Settings) -> Callable:
-    """The pure train step of validated settings (:func:`make_train_step` with
-    :func:`settings_optimizer`); cached, so repeated :func:`train` calls with the same
-    architecture and settings (resume, seeds: the key is an argument) share one function and
-    :func:`rdr_jax.training.fit` compiles it once."""
+    """The train step of validated settings, cached so repeated :func:`train`
+    calls share one compilation.
+    """
     return make_train_step(graph, settings_optimizer(st), st.spec, eta=st.eta, lam=st.lam,
                            dice_weight=st.dice_weight, wac_weight=st.wac_weight,
                            keep_ratio=st.keep_ratio)
@@ -602,8 +472,9 @@ def _initial_beta(spec: MethodSpec, fg: np.ndarray, dtype) -> Array:
 
 
 class _SliceBatches:
-    """Batch source of :func:`train`: ``(images[idx], labels[idx], idx, fg[idx])`` for the
-    rows ``idx`` of a :class:`PairLoader`, whose position is checkpointed."""
+    """Batch source of :func:`train`: ``(images, labels, idx, fg)`` of a
+    :class:`PairLoader` batch.
+    """
 
     def __init__(self, loader: PairLoader, images: np.ndarray, labels: np.ndarray,
                  fg: np.ndarray):
@@ -621,9 +492,9 @@ class _SliceBatches:
 
 
 class _TableHistory:
-    """``fit`` hook: snapshots of the beta / CE / consistency tables every ``every`` steps
-    and at the last step. A snapshot is a device copy enqueued after the step (no host
-    sync); the copies are fetched together when the history is read (checkpoints, end)."""
+    """``fit`` hook: device snapshots of the beta / CE / consistency tables,
+    fetched when the history is read.
+    """
 
     def __init__(self, history: dict, loader: PairLoader, every: int, last: int):
         self.history, self.loader, self.every, self.last = history, loader, every, last
@@ -674,39 +545,22 @@ def train(config: Any, data: SliceDataset, *, test: Optional[VolumeDataset] = No
           num_classes: int = 9, workdir: Optional[Path | str] = None,
           stop_after: Optional[int] = None, devices: Optional[Sequence[Any]] = None,
           progress: bool = False, history_every: Optional[int] = None) -> TrainResult:
-    """Train ``config.method`` on ``data`` (``alg:srw_dac`` for AdaWAC; baselines otherwise).
-
-    A thin wrapper of the shared loop :func:`rdr_jax.training.fit`: the step is
-    :func:`settings_step`, batches come from a :class:`PairLoader`, the table history from a
-    hook. With ``workdir`` the run checkpoints every ``config.checkpoint_every`` steps and
-    at the end (orbax ``CheckpointManager`` in ``workdir/checkpoints``), writes its metrics
-    every ``config.log_every`` steps to ``workdir/metrics.jsonl`` and resumes from the latest
-    checkpoint found there; ``stop_after`` stops after that many total steps (simulating a
-    kill), saving a checkpoint. Training data are placed on a 1-D mesh over ``devices`` with
-    the batch axis sharded; the state is replicated.
+    """Train ``config.method`` on ``data`` (Algorithm 6 for AdaWAC) with
+    :func:`rdr_jax.training.fit`.
 
     Args:
-        config: a ConfigDict of :mod:`rdr_jax.adawac.configs`.
-        data: training slices; images ``(N, H, W)`` with ``H = W`` divisible by 4 (or by the
-            model's stride).
-        test: optional test volumes evaluated at the end.
-        num_classes: classes including background.
-        workdir: checkpoint folder or None.
-        stop_after: stop after this many total steps (< ``num_steps``).
-        devices: devices of the mesh (default: all local devices).
-        progress: show a tqdm progress bar.
-        history_every: snapshot the table every this many steps (default: once per epoch).
+        config: a config of :mod:`rdr_jax.adawac.configs`.
+        data: training slices ``(N, H, H)``. test: volumes evaluated at the end.
+        num_classes: with background. workdir: checkpoints and metrics (a later call resumes).
+        stop_after: stop (and save) after this many steps. devices: the mesh (default: all).
+        progress: tqdm bar. history_every: snapshot period (default: once per epoch).
 
     Returns:
         :class:`TrainResult`.
 
     Raises:
-        ValueError / TypeError: invalid config (see :func:`validate_config`) or data (images
-            not square, labels of another shape or outside ``[0, num_classes)``, non-finite
-            images).
-        FloatingPointError: a non-finite loss; training stops before that state is saved,
-            so the last checkpoint in ``workdir`` stays the last good one (the message names
-            its step).
+        ValueError / TypeError: invalid config or data.
+        FloatingPointError: a non-finite loss (the last checkpoint stays the last good one).
     """
     mesh = make_mesh(devices)
     n = len(data.images)
@@ -744,8 +598,7 @@ def train(config: Any, data: SliceDataset, *, test: Optional[VolumeDataset] = No
 
 
 def save_history(path: Path | str, history: dict) -> Path:
-    """Write the per-epoch ``beta``/``ce``/``cons`` tables (``(snapshots, n)``) and the
-    per-slice ``has_foreground`` to ``path`` (``.npz``) for heatmaps."""
+    """Write the history tables and ``has_foreground`` to ``path`` (``.npz``)."""
     path = Path(path)
     np.savez_compressed(path, step=np.asarray(history["step"]),
                         epoch=np.asarray(history["epoch"]),

@@ -1,11 +1,8 @@
 """Chapter 4: data augmentation consistency (DAC) regularization vs DA-ERM.
 
-Submodules: ``linear`` (the linear-regression theory toolkit, Thm 4.1 and the soft-penalty
-bounds), ``domain_adaptation`` (App. ``apx:case_ood``), ``two_layer`` (two-layer ReLU,
-Sec. ``sec:example_2relu``), ``randaugment`` (the 14-op RandAugment of App.
-``apdx:exp_detail``) and ``deep`` (DA-ERM / DAC training of deep classifiers, a thin wrapper
-of the loop both chapters share, :func:`rdr_jax.training.fit`); ``configs`` holds the
-experiment configs (leaves: they import no trainer).
+Submodules: ``linear`` (linear regression, Thm 4.1), ``domain_adaptation``, ``two_layer``
+(two-layer ReLU), ``randaugment``, ``deep`` (deep classifiers on the shared loop
+:func:`rdr_jax.training.fit`), ``configs``, ``data``.
 """
 
 from rdr_jax.dac.linear import (augmented_design, da_erm_operator, dac_operator, dimensions,

@@ -1,24 +1,9 @@
-"""Configs for the deep DAC experiments (thesis Sec. ``sec:dac_experiments``).
+"""Configs of the deep DAC experiments (thesis Section 4.7).
 
-One function per thesis table plus FixMatch + DAC and the offline digits demo; each returns an
-``ml_collections.ConfigDict`` and takes ``quick`` (CI-sized: a few steps of a tiny network on a
-few images per class, same code path). A table config holds the shared training settings and
-``runs``, the list of table cells (each a dict of overrides such as ``method``, ``lam``,
-``alpha``); every cell is trained for every seed in ``seeds`` (the thesis reports mean and
-standard deviation over 5 runs). :func:`get_config` looks a config up by name;
-:func:`run_config` merges one cell and one seed into a flat config for
-:func:`rdr_jax.dac.deep.train`.
-
-Thesis settings (App. ``apdx:exp_detail`` and the reference code kekmodel/FixMatch-pytorch the
-authors adapted): CIFAR-100, 100 labels per class (10000 labels), WideResNet-28-2, RandAugment
-with 2 ops of magnitude 10 from the 14-op list, 7 augmentations per sample, batch 64, ``2^15``
-steps, SGD (Nesterov) momentum 0.9, lr ``0.03 cos(7 pi i / (16 * 2^15))``, weight decay 5e-4
-(kernels only), CIFAR-100 mean/std normalisation, consistency = l2 distance between softmax
-predictions averaged over the augmentations.
-
-``dtype`` (``"float32"``, default, or ``"bfloat16"``) is the models' computation dtype (mixed
-precision: parameters, BatchNorm statistics and the losses stay in float32), e.g.
-``python experiments/train_dac.py --config different_lambda --set dtype=bfloat16``.
+One function per thesis table (``ml_collections.ConfigDict``; ``quick=True``: CI-sized, same
+code path); ``runs`` lists the table cells, each trained for every seed in ``seeds``. Why:
+the settings of Section B.6 live in one place. Settings: ``docs/training.md``
+("Deep DAC").
 """
 
 from __future__ import annotations
@@ -28,9 +13,11 @@ import copy
 import ml_collections
 
 __all__ = [
+    "BASE_LR",
     "CIFAR100_MEAN",
     "CIFAR100_STD",
     "CONFIGS",
+    "LR_CYCLES",
     "different_labeled_samples",
     "different_lambda",
     "different_number_of_aug",
@@ -45,6 +32,10 @@ __all__ = [
 #: code's normalisation; a config is a leaf: the trainer imports these from here)
 CIFAR100_MEAN = (0.5071, 0.4867, 0.4408)
 CIFAR100_STD = (0.2675, 0.2565, 0.2761)
+#: base learning rate and cosine cycles of Section B.6: ``lr(i) = 0.03 cos(7 pi i /
+#: (16 T))`` (the one place these defaults are set; :mod:`rdr_jax.dac.deep` reads them here)
+BASE_LR = 0.03
+LR_CYCLES = 7 / 16
 
 
 def _base(quick: bool) -> ml_collections.ConfigDict:
@@ -68,8 +59,8 @@ def _base(quick: bool) -> ml_collections.ConfigDict:
     c.reduction = "mean"
     c.batch_size = 64
     c.total_steps = 2 ** 15
-    c.base_lr = 0.03
-    c.lr_cycles = 7 / 16
+    c.base_lr = BASE_LR
+    c.lr_cycles = LR_CYCLES
     c.momentum = 0.9
     c.nesterov = True
     c.weight_decay = 5e-4
@@ -100,9 +91,7 @@ def _base(quick: bool) -> ml_collections.ConfigDict:
 def different_lambda(quick: bool = False) -> ml_collections.ConfigDict:
     """python experiments/train_dac.py --config different_lambda [--quick]
 
-    Thesis ``table:different_lambda``: DA-ERM vs DAC with lambda in {0, 1, 5, 10, 20};
-    10000 labels, 7 augmentations per sample. Thesis: 69.40 (DA-ERM), 62.82 / 68.63 / 70.56 /
-    70.52 / 68.65 (DAC).
+    Table 4.1: DA-ERM vs DAC with lambda in {0, 1, 5, 10, 20}.
     """
     c = _base(quick)
     c.name = "different_lambda"
@@ -115,8 +104,8 @@ def different_lambda(quick: bool = False) -> ml_collections.ConfigDict:
 def different_number_of_aug(quick: bool = False) -> ml_collections.ConfigDict:
     """python experiments/train_dac.py --config different_number_of_aug [--quick]
 
-    Thesis ``table:different_number_of_aug``: DA-ERM vs DAC (lambda = 10) with 1, 3, 7, 15
-    augmentations per sample; 10000 labels.
+    Table 4.2: DA-ERM vs DAC (lambda 10)
+    with 1, 3, 7, 15 augmentations per sample.
     """
     c = _base(quick)
     c.name = "different_number_of_aug"
@@ -129,8 +118,8 @@ def different_number_of_aug(quick: bool = False) -> ml_collections.ConfigDict:
 def different_labeled_samples(quick: bool = False) -> ml_collections.ConfigDict:
     """python experiments/train_dac.py --config different_labeled_samples [--quick]
 
-    Thesis ``table:different_labeled_samples``: DA-ERM vs DAC (lambda = 10) with 1000, 10000,
-    20000 labels (10, 100, 200 per class) and 3 augmentations per sample.
+    Table 4.3: DA-ERM vs DAC (lambda 10)
+    with 10, 100, 200 labels per class.
     """
     c = _base(quick)
     c.name = "different_labeled_samples"
@@ -145,9 +134,8 @@ def different_labeled_samples(quick: bool = False) -> ml_collections.ConfigDict:
 def misspecified_lambda(quick: bool = False) -> ml_collections.ConfigDict:
     """python experiments/train_dac.py --config misspecified_lambda [--quick]
 
-    Thesis ``table:misspecified_lambda``: misspecified augmentations (RandAugment applying 100
-    random transformations per augmented image); no augmentation (DAC with lambda = 0, i.e.
-    cross-entropy on the originals only), DA-ERM, and DAC with lambda in {0.1, 1, 10}.
+    Table 4.4: RandAugment with 100 ops; no
+    augmentation, DA-ERM and DAC with lambda in {0.1, 1, 10}.
     """
     c = _base(quick)
     c.name = "misspecified_lambda"
@@ -161,14 +149,8 @@ def misspecified_lambda(quick: bool = False) -> ml_collections.ConfigDict:
 def fixmatch_dac(quick: bool = False) -> ml_collections.ConfigDict:
     """python experiments/train_dac.py --config fixmatch_dac [--quick]
 
-    Thesis ``table:combining_with_SSL``: FixMatch (DAC with lambda = 0) vs FixMatch + DAC
-    (lambda = 1) with 10000 labels and 5000 / 10000 / 20000 unlabeled images (drawn from the
-    rest of the CIFAR-100 training set, labels removed). FixMatch settings of the reference
-    code: mu = 7 unlabeled batches per labeled batch, threshold 0.95, temperature 1,
-    lambda_u = 1; weak augmentation = flip + reflect-padded crop (also applied to the labeled
-    originals), strong = weak + RandAugment(2, 10) + Cutout (a gray square of side half the
-    image, ``strong_cutout = 0.5``); evaluation uses the exponential moving average of the
-    weights with decay ``ema_decay = 0.999`` (the reference's ``ModelEMA``).
+    Table 4.5: FixMatch vs FixMatch + DAC (lambda 1) with
+    5000 / 10000 / 20000 unlabeled images (the reference's FixMatch settings).
     """
     c = _base(quick)
     c.name = "fixmatch_dac"
@@ -190,17 +172,8 @@ def fixmatch_dac(quick: bool = False) -> ml_collections.ConfigDict:
 def digits(quick: bool = False) -> ml_collections.ConfigDict:
     """python experiments/dac_digits.py [--quick]
 
-    Offline miniature of ``sec:dac_experiments`` on scikit-learn's 8x8 digits: 5 labels per
-    class, a small BatchNorm CNN, label-preserving augmentations (rotations up to 15 degrees
-    and shifts up to 1 pixel, in JAX), DAC vs DA-ERM over 5 seeds, and miniature lambda and
-    alpha sweeps. Not a thesis table: it checks the thesis' qualitative claim (DAC beats
-    DA-ERM with a proper lambda) where CIFAR-100 is not available.
-
-    Deviations from App. ``apdx:exp_detail``, for a few hundred steps on 50 images: base
-    learning rate 0.1 (0.03 left DA-ERM and DAC far from fitting the training set in 100
-    steps) and a width-8 CNN. The main lambda = 1 was picked in a pilot on seeds 0-2 (300 steps,
-    alpha = 7: DA-ERM 86.6%, DAC lambda = 1 88.3%, lambda = 10 83.7%, no augmentation 70.2%);
-    the reported runs use seeds 10-14.
+    Offline miniature on scikit-learn's 8x8 digits (not a thesis table): DAC vs
+    DA-ERM with 5 labels per class, base learning rate 0.1 (see ``docs/training.md``).
     """
     c = ml_collections.ConfigDict()
     c.name = "digits"
@@ -221,7 +194,7 @@ def digits(quick: bool = False) -> ml_collections.ConfigDict:
     c.batch_size = 25
     c.total_steps = 300 if quick else 600
     c.base_lr = 0.1
-    c.lr_cycles = 7 / 16
+    c.lr_cycles = LR_CYCLES
     c.momentum = 0.9
     c.nesterov = True
     c.weight_decay = 5e-4
@@ -240,12 +213,7 @@ CONFIGS = {
 
 
 def get_config(name: str, quick: bool = False) -> ml_collections.ConfigDict:
-    """The config called ``name`` (a key of :data:`CONFIGS`).
-
-    Example:
-        >>> get_config("different_lambda").total_steps
-        32768
-    """
+    """The config called ``name`` (a key of :data:`CONFIGS`)."""
     if name not in CONFIGS:
         raise ValueError(f"unknown config {name!r}; known: {sorted(CONFIGS)}")
     return CONFIGS[name](quick)
@@ -253,13 +221,7 @@ def get_config(name: str, quick: bool = False) -> ml_collections.ConfigDict:
 
 def run_config(config: ml_collections.ConfigDict, run: int, seed: int
                ) -> ml_collections.ConfigDict:
-    """A flat config for one table cell ``config.runs[run]`` and one ``seed``.
-
-    Example:
-        >>> c = run_config(get_config("different_lambda"), 0, 3)
-        >>> c.method, c.seed
-        ('da_erm', 3)
-    """
+    """A flat config for one table cell ``config.runs[run]`` and one ``seed``."""
     if not 0 <= run < len(config.runs):
         raise ValueError(f"run must be in [0, {len(config.runs)}); got {run}")
     c = copy.deepcopy(config)

@@ -1,19 +1,9 @@
-"""Data for the deep DAC experiments (thesis Sec. ``sec:dac_experiments``, App. ``apdx:exp_detail``).
+"""Data for the deep DAC experiments (thesis Section 4.7).
 
-* :func:`load_cifar100` reads the official CIFAR-100 *python* version (the directory
-  ``cifar-100-python/`` with the pickles ``train``, ``test``, ``meta``, or the archive
-  ``cifar-100-python.tar.gz``) from local files; nothing is downloaded. A missing file raises
-  ``FileNotFoundError`` naming it; a corrupt one raises ``ValueError`` naming it. The pickles
-  are read with a restricted unpickler that only admits plain containers and numpy arrays, so
-  a tampered file cannot run code.
-* :func:`find_cifar100` looks for it under the data directory convention of
-  :func:`rdr_jax.datasets.find_dataset` (argument, ``$RDR_JAX_DATA``, ``~/.rdr_jax/data``).
-* :func:`sample_labeled_subset`: ``N`` labeled samples per class (the thesis uses 10, 100, 200
-  per class, i.e. 1000 / 10000 / 20000 labels) and optionally a disjoint unlabeled pool
-  (FixMatch + DAC: 5000 to 20000 images).
-* :class:`EpochSampler` / :class:`ArrayLoader`: batch iterators whose whole state is one
-  integer ``position`` (batches drawn so far); batch ``t`` is a pure function of
-  ``(seed, t)``, so saving the position in a checkpoint resumes the exact batch sequence.
+The CIFAR-100 python pickles read from local files (restricted unpickler; nothing is
+downloaded), the labeled subsets of the tables, and batch iterators whose state is one
+integer, so a checkpoint resumes the exact batch sequence. Why: reproducible, resumable
+training without a data-loading framework.
 """
 
 from __future__ import annotations
@@ -52,12 +42,8 @@ _HINT = (f"Get the CIFAR-100 python version from {CIFAR100_SOURCE} and extract i
 
 
 class Cifar100(NamedTuple):
-    """One CIFAR-100 split.
-
-    Attributes:
-        images: uint8 (N, 32, 32, 3), NHWC.
-        labels: int32 (N,), the fine (100-class) or coarse (20-class) labels.
-        label_names: the class names from ``meta``.
+    """One CIFAR-100 split: uint8 ``images (N, 32, 32, 3)``, int32 ``labels (N,)``,
+    ``label_names``.
     """
 
     images: np.ndarray
@@ -66,7 +52,7 @@ class Cifar100(NamedTuple):
 
 
 class _SafeUnpickler(pickle.Unpickler):
-    """Admit only what the official CIFAR pickles contain: containers and numpy arrays."""
+    """Admit only what the CIFAR pickles contain: containers and numpy arrays."""
 
     _ALLOWED = {
         ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
@@ -134,26 +120,17 @@ def _read_member(kind: str, base: Path, name: str) -> tuple[bytes, str]:
 
 def load_cifar100(root: PathLike, split: str = "train", *,
                   label_mode: str = "fine") -> Cifar100:
-    """Load a CIFAR-100 split from the official python-pickle files (App. ``apdx:exp_detail``).
+    """Load a CIFAR-100 split from the official python pickles (Section B.6).
 
     Args:
-        root: the ``cifar-100-python`` directory, its parent, or the archive
-            ``cifar-100-python.tar.gz``.
-        split: ``"train"`` (50000 images) or ``"test"`` (10000).
-        label_mode: ``"fine"`` (100 classes, the thesis) or ``"coarse"`` (20).
+        root: the ``cifar-100-python`` directory, its parent, or the ``.tar.gz`` archive.
+        split: ``"train"`` or ``"test"``. label_mode: ``"fine"`` (100 classes) or ``"coarse"``.
 
     Returns:
-        :class:`Cifar100` with uint8 NHWC images.
+        :class:`Cifar100`.
 
     Raises:
-        FileNotFoundError: ``train``/``test``/``meta`` is missing (the message names the path).
-        ValueError: a file is corrupt or not in the expected format (the message names it),
-            or a bad ``split``/``label_mode``.
-
-    Example:
-        >>> ds = load_cifar100("~/.rdr_jax/data/cifar-100-python", "test")  # doctest: +SKIP
-        >>> ds.images.shape, ds.labels.max()  # doctest: +SKIP
-        ((10000, 32, 32, 3), 99)
+        FileNotFoundError: a file is missing (named). ValueError: a corrupt file (named).
     """
     if split not in _SIZES:
         raise ValueError(f"split must be 'train' or 'test'; got {split!r}")
@@ -197,14 +174,9 @@ def load_cifar100(root: PathLike, split: str = "train", *,
 
 
 def find_cifar100(data_dir: Optional[PathLike] = None) -> Optional[Path]:
-    """The CIFAR-100 location (``cifar-100-python/`` or the archive), or None.
-
-    Searches the data directory of :func:`rdr_jax.datasets.find_dataset` (``data_dir``, else
-    ``$RDR_JAX_DATA``, else ``~/.rdr_jax/data``) for ``cifar-100-python/{train,test,meta}``, ``cifar100/cifar-100-python/...`` or
-    ``cifar-100-python.tar.gz``.
-    """
-    from rdr_jax.datasets import _data_dir
-    root = _data_dir(data_dir)
+    """The CIFAR-100 location under :func:`rdr_jax.datasets.data_root`, or None."""
+    from rdr_jax.datasets import data_root
+    root = data_root(data_dir)
     for base in (root, root / "cifar100", root / "CIFAR100", root / "cifar-100"):
         d = base / _DIRNAME
         if all((d / f).is_file() for f in ("train", "test", "meta")):
@@ -217,7 +189,7 @@ def find_cifar100(data_dir: Optional[PathLike] = None) -> Optional[Path]:
 
 
 def uint8_to_float(images: np.ndarray) -> np.ndarray:
-    """uint8 [0, 255] -> float32 [0, 1] (other dtypes are cast to float32 unchanged)."""
+    """uint8 [0, 255] -> float32 [0, 1] (other dtypes cast to float32)."""
     images = np.asarray(images)
     if images.dtype == np.uint8:
         return images.astype(np.float32) / np.float32(255.0)
@@ -226,29 +198,14 @@ def uint8_to_float(images: np.ndarray) -> np.ndarray:
 
 def sample_labeled_subset(labels: np.ndarray, per_class: int, seed: int = 0, *,
                           num_unlabeled: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of ``per_class`` labeled samples of every class, and a disjoint unlabeled pool.
-
-    For each class ``c`` (all values in ``labels``), ``per_class`` indices are drawn without
-    replacement; ``num_unlabeled`` further indices are drawn uniformly without replacement
-    from the rest (their labels are to be discarded). Both are sorted.
-
-    Args:
-        labels: (N,) integer labels.
-        per_class: labeled samples per class (>= 1).
-        seed: numpy seed.
-        num_unlabeled: size of the unlabeled pool (>= 0).
+    """Indices of ``per_class`` labeled samples of every class and a
+    disjoint unlabeled pool of ``num_unlabeled`` (both sorted, drawn with ``seed``).
 
     Returns:
         ``(labeled_idx, unlabeled_idx)``.
 
     Raises:
-        ValueError: some class has fewer than ``per_class`` samples, or too few remain for the
-            unlabeled pool.
-
-    Example:
-        >>> lab, unl = sample_labeled_subset(np.repeat(np.arange(3), 10), 2, num_unlabeled=5)
-        >>> len(lab), len(unl)
-        (6, 5)
+        ValueError: a class has too few samples, or too few remain for the pool.
     """
     labels = np.asarray(labels)
     if labels.ndim != 1:
@@ -274,20 +231,8 @@ def sample_labeled_subset(labels: np.ndarray, per_class: int, seed: int = 0, *,
 
 
 class EpochSampler:
-    """Batches of indices from per-epoch permutations, with an explicit position.
-
-    Batch ``t`` (``t = 0, 1, ...``) is rows ``[(t mod S) B, (t mod S + 1) B)`` of the
-    permutation of epoch ``e = t // S`` (``S = n // B`` batches per epoch, the last partial
-    batch dropped), the permutation drawn by ``np.random.default_rng([seed, e])``. The state is
-    ``position`` (batches drawn so far): :meth:`state_dict`/:meth:`load_state_dict` save and
-    restore it.
-
-    Example:
-        >>> s = EpochSampler(10, 4, seed=0)
-        >>> a = next(s); s.position
-        1
-        >>> np.array_equal(a, EpochSampler(10, 4, seed=0).batch(0))
-        True
+    """Batches of indices from per-epoch permutations; batch ``t`` is a pure function
+    of ``(seed, t)`` and the state is ``position`` (:meth:`state_dict`).
     """
 
     def __init__(self, num_examples: int, batch_size: int, seed: int = 0, position: int = 0):
@@ -330,12 +275,8 @@ class EpochSampler:
 
 
 class ArrayLoader(EpochSampler):
-    """:class:`EpochSampler` over host arrays: ``next(loader) -> (images[idx], labels[idx])``.
-
-    Example:
-        >>> ld = ArrayLoader(np.zeros((10, 2, 2, 1)), np.arange(10), 4, seed=0)
-        >>> x, y = next(ld); x.shape
-        (4, 2, 2, 1)
+    """:class:`EpochSampler` over host arrays: ``next(loader) -> (images[idx],
+    labels[idx])``.
     """
 
     def __init__(self, images: Any, labels: Any, batch_size: int, seed: int = 0,

@@ -1,51 +1,10 @@
-"""Deep DAC vs DA-ERM training (thesis Sec. ``sec:dac_experiments``, App. ``apdx:exp_detail``).
+"""Deep DAC vs DA-ERM training (thesis Section 4.7, Section B.6).
 
-Given a labeled batch ``x_1..x_B`` with labels ``y_i`` and ``alpha`` augmentations
-``x_{i,j} = A_j(x_i)`` per sample, the two objectives compared in the thesis are
-
-* **DA-ERM** (ERM on the augmented data set ``\\tilde A(X)`` of ``sec:general``)::
-
-      L_erm = 1/((1+alpha) B) * sum_i [ l(h(x_i), y_i) + sum_j l(h(x_{i,j}), y_i) ]
-
-* **DAC** (thesis Eq. ``eq:dac_soft`` with a finite lambda, ``subsec:finite_lambda``)::
-
-      L_dac = 1/B sum_i l(h(x_i), y_i) + lambda * 1/(alpha B) sum_{i,j} rho(h(x_i), h(x_{i,j}))
-
-  where ``l`` is the cross-entropy and ``rho`` the l2 distance between the model's
-  *predictions* (Sec. ``sec:dac_experiments``: "the l2 distance of the model's predictions on
-  the original and augmented samples"); for a classifier we read "predictions" as the softmax
-  probabilities (``consistency_on="probs"``, default; ``"logits"`` is offered as an option).
-  The average over the ``alpha`` augmentations (``reduction="mean"``) equals Eq.
-  ``eq:dac_soft`` (which sums over ``j``) with ``lambda / alpha``; ``reduction="sum"`` is the
-  literal sum. ``squared=True`` uses ``||.||_2^2`` instead of ``||.||_2``.
-
-Training follows App. ``apdx:exp_detail``: batch 64, ``2^15`` SGD steps with momentum 0.9 and
-learning rate ``0.03 cos(7 pi i / (16 * 2^15))`` (:func:`cosine_schedule`). The reference
-code the authors adapted (kekmodel/FixMatch-pytorch) uses Nesterov momentum and a coupled
-(PyTorch-style, added to the gradient) weight decay 5e-4 on the convolution/linear kernels
-only (not biases or BatchNorm): :func:`make_optimizer` defaults to the same.
-
-Everything here is functional: a Flax NNX model is split once into a static graph
-(:class:`~rdr_jax.training.ModelGraph`, one for BatchNorm in training mode and one for
-evaluation mode) and the shared pytree :class:`~rdr_jax.training.TrainState` (step,
-parameters, BatchNorm statistics, optimizer state); the train step :func:`make_train_step` is
-a pure function ``(state, key, batch...) -> (state, metrics)`` that the caller jits once
-(``lam`` and the method flag are traced, so lambda sweeps and DAC/DA-ERM share one
-compilation and can be vmapped). Per-step keys are ``jax.random.fold_in(key, state.step)``,
-so a resumed run draws the same augmentations. :func:`train` hands this step to the loop both
-chapters share, :func:`rdr_jax.training.fit` (one compilation, data parallelism over all
-local devices with the batch axis sharded, metrics fetched once per ``log_every`` steps into
-``workdir/metrics.jsonl``, orbax checkpoints of parameters, BatchNorm statistics, optimizer
-state, step and data-loader positions); on CPU a killed-and-resumed run is bitwise equal to
-an uninterrupted one. ``experiments/train_dac.py`` runs the thesis tables with it.
-
-The FixMatch + DAC variant of ``table:combining_with_SSL`` (:func:`fixmatch_loss`) adds the
-FixMatch unlabeled loss (pseudo-labels from weakly augmented unlabeled images where the
-confidence exceeds a threshold, cross-entropy on the strongly augmented ones) to the DAC loss
-on the labeled batch. As in the FixMatch reference code, the strong augmentation ends with
-Cutout (:func:`rdr_jax.dac.randaugment.cutout`, config ``strong_cutout``) and evaluation uses
-an exponential moving average of the weights (decay 0.999, config ``ema_decay``,
-:func:`rdr_jax.training.param_ema`).
+The losses (:func:`dac_loss`, :func:`da_erm_loss`, FixMatch's :func:`fixmatch_loss`), the
+optimizer and schedule of the thesis, the augmentations, and a pure train step that
+:func:`train` hands to the loop both chapters share, :func:`rdr_jax.training.fit`. Why: the
+deep experiments compare the two objectives on one code path (``lam`` and the method are
+traced: one compilation). Objectives and training details: ``docs/training.md`` ("Deep DAC").
 """
 
 from __future__ import annotations
@@ -66,7 +25,7 @@ from jaxtyping import Array, Float, Int
 
 from rdr_jax import models
 from rdr_jax._src.validation import check_int, check_key
-from rdr_jax.dac.configs import CIFAR100_MEAN, CIFAR100_STD
+from rdr_jax.dac.configs import BASE_LR, CIFAR100_MEAN, CIFAR100_STD, LR_CYCLES
 from rdr_jax.models.small_cnn import SmallCNN
 from rdr_jax.training import (LoopConfig, ModelGraph, TrainState, apply_gradients,
                               compute_dtype, eval_params, fit, init_train_state, make_mesh,
@@ -165,11 +124,9 @@ class LossTerms(NamedTuple):
     """A training objective and its parts (scalars).
 
     Attributes:
-        total: the objective that is differentiated.
-        ce: mean cross-entropy over the samples the objective fits (originals for DAC;
-            originals and augmentations for DA-ERM).
-        consistency: mean over (i, j) of ``rho(h(x_i), h(x_{i,j}))`` (reported by both
-            objectives; only DAC includes it in ``total``).
+        total: the differentiated objective.
+        ce: mean cross-entropy over the samples the objective fits.
+        consistency: mean ``rho(h(x_i), h(x_{i,j}))`` (in ``total`` for DAC only).
     """
 
     total: Float[Array, ""]
@@ -178,12 +135,7 @@ class LossTerms(NamedTuple):
 
 
 def cross_entropy(logits: Float[Array, "b k"], labels: Int[Array, " b"]) -> Float[Array, ""]:
-    """Mean cross-entropy ``-1/B sum_i log softmax(z_i)[y_i]`` (in at least float32).
-
-    Example:
-        >>> float(cross_entropy(jnp.zeros((2, 4)), jnp.array([0, 3])))  # log 4
-        1.386...
-    """
+    """Mean cross-entropy ``-1/B sum_i log softmax(z_i)[y_i]`` (at least float32)."""
     return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(_f32(logits), labels))
 
 
@@ -195,25 +147,16 @@ def _safe_norm(sq: Array) -> Array:
 
 def consistency_distances(logits_orig: Float[Array, "b k"], logits_aug: Float[Array, "a b k"],
                           *, on: str = "probs", squared: bool = False) -> Float[Array, "a b"]:
-    """``rho(h(x_i), h(x_{i,j}))`` for every augmentation j and sample i (Eq. ``eq:dac_soft``).
-
-    ``rho(u, v) = ||u - v||_2`` (``squared=True``: ``||u - v||_2^2``) with ``u, v`` the softmax
-    probabilities (``on="probs"``) or the logits (``on="logits"``), in at least float32. The
-    square root has a zero gradient where the distance is exactly zero.
+    """``rho(h(x_i), h(x_{i,j}))`` for every augmentation j and sample i
+    (Eq. (4.1)): the l2 distance (``squared``: its square) of the softmax
+    probabilities (``on="probs"``) or the logits.
 
     Args:
-        logits_orig: (B, K) logits on the original samples.
-        logits_aug: (alpha, B, K) logits on the augmentations (``[j, i]`` is ``x_{i,j}``).
-        on: ``"probs"`` or ``"logits"``.
-        squared: use the squared distance.
+        logits_orig: ``(B, K)``; logits_aug: ``(alpha, B, K)`` (``[j, i]`` is ``x_{i,j}``).
+        on: ``"probs"`` or ``"logits"``. squared: use the squared distance.
 
     Returns:
-        (alpha, B) distances.
-
-    Example:
-        >>> z = jnp.array([[0.0, 0.0]])
-        >>> consistency_distances(z, jnp.array([[[0.0, 0.0]]]))
-        Array([[0.]], dtype=float32)
+        ``(alpha, B)`` distances (zero gradient at distance 0).
     """
     _check_choice("on", on, _CONSISTENCY_ON)
     logits_orig, logits_aug = _f32(logits_orig), _f32(logits_aug)
@@ -228,25 +171,15 @@ def consistency_distances(logits_orig: Float[Array, "b k"], logits_aug: Float[Ar
 def da_erm_loss(logits_orig: Float[Array, "b k"], logits_aug: Float[Array, "a b k"],
                 labels: Int[Array, " b"], *, on: str = "probs",
                 squared: bool = False) -> LossTerms:
-    """DA-ERM: mean cross-entropy over the originals and their ``alpha`` augmentations.
-
-    ``L = 1/((1+alpha) B) sum_i [ l(h(x_i), y_i) + sum_{j=1}^alpha l(h(x_{i,j}), y_i) ]``, the
-    ERM on the augmented data set ``\\tilde A(X)`` with labels ``\\tilde M y`` (thesis
-    ``sec:general``). ``consistency`` is reported for monitoring (not in ``total``).
+    """DA-ERM: mean cross-entropy over the originals and their ``alpha``
+    augmentations (Section 4.3); the consistency is only monitored.
 
     Args:
-        logits_orig: (B, K) logits on the originals.
-        logits_aug: (alpha, B, K) logits on the augmentations, alpha >= 1.
-        labels: (B,) integer labels.
-        on, squared: the monitored consistency (see :func:`consistency_distances`).
+        logits_orig: ``(B, K)``; logits_aug: ``(alpha, B, K)``; labels: ``(B,)``.
+        on, squared: the monitored consistency (:func:`consistency_distances`).
 
     Returns:
         :class:`LossTerms` with ``total == ce``.
-
-    Example:
-        >>> t = da_erm_loss(jnp.zeros((2, 4)), jnp.zeros((3, 2, 4)), jnp.array([0, 1]))
-        >>> round(float(t.total), 4)
-        1.3863
     """
     _check_logits(logits_orig, logits_aug, labels)
     a, b, k = logits_aug.shape
@@ -259,34 +192,19 @@ def da_erm_loss(logits_orig: Float[Array, "b k"], logits_aug: Float[Array, "a b 
 def dac_loss(logits_orig: Float[Array, "b k"], logits_aug: Float[Array, "a b k"],
              labels: Int[Array, " b"], lam: Any, *, on: str = "probs", squared: bool = False,
              reduction: str = "mean") -> LossTerms:
-    """DAC: cross-entropy on the originals plus ``lam`` times the consistency (``eq:dac_soft``).
-
-    ``L = 1/B sum_i l(h(x_i), y_i) + lam * R``, with
-    ``R = 1/(alpha B) sum_{i,j} rho(h(x_i), h(x_{i,j}))`` (``reduction="mean"``) or
-    ``R = 1/B sum_{i,j} rho(...)`` (``reduction="sum"``, Eq. ``eq:dac_soft`` divided by B).
-    ``rho`` is the l2 distance between softmax predictions by default
-    (:func:`consistency_distances`). ``lam = 0`` trains on the originals only (the "no
-    augmentation" column of ``table:misspecified_lambda``).
+    """DAC: cross-entropy on the originals plus ``lam`` times the consistency
+    (Eq. (4.1); ``reduction="mean"`` averages over the augmentations, ``"sum"`` sums).
 
     Args:
-        logits_orig: (B, K) logits on the originals.
-        logits_aug: (alpha, B, K) logits on the augmentations, alpha >= 1.
-        labels: (B,) integer labels.
-        lam: lambda >= 0 (a Python float, or a traced scalar inside jit/vmap).
-        on: ``"probs"`` (default) or ``"logits"``.
-        squared: squared l2 distance instead of the l2 distance.
-        reduction: ``"mean"`` or ``"sum"`` over the alpha augmentations.
+        logits_orig: ``(B, K)``; logits_aug: ``(alpha, B, K)``; labels: ``(B,)``.
+        lam: lambda >= 0 (may be traced). on, squared: see :func:`consistency_distances`.
+        reduction: ``"mean"`` or ``"sum"``.
 
     Returns:
-        :class:`LossTerms` (``consistency`` is ``R`` with the mean over j).
+        :class:`LossTerms`.
 
     Raises:
-        ValueError: ``lam < 0`` or non-finite; alpha = 0; bad shapes or options.
-
-    Example:
-        >>> t = dac_loss(jnp.zeros((2, 4)), jnp.ones((3, 2, 4)), jnp.array([0, 1]), 10.0)
-        >>> round(float(t.total), 4), float(t.consistency)
-        (1.3863, 0.0)
+        ValueError: ``lam`` negative or non-finite, ``alpha = 0``, bad shapes or options.
     """
     check_lam(lam)
     _check_choice("reduction", reduction, _REDUCTIONS)
@@ -299,9 +217,9 @@ def dac_loss(logits_orig: Float[Array, "b k"], logits_aug: Float[Array, "a b k"]
 
 
 class FixMatchSettings(NamedTuple):
-    """FixMatch (Sohn et al. 2020) settings of the reference code: ``mu`` unlabeled batches
-    per labeled batch, confidence ``threshold``, sharpening ``temperature``, weight
-    ``lambda_u`` of the unlabeled loss."""
+    """FixMatch settings (Sohn et al. 2020): ``mu`` unlabeled batches per
+    labeled batch, confidence ``threshold``, ``temperature``, weight ``lambda_u``.
+    """
 
     mu: int = 7
     threshold: float = 0.95
@@ -312,25 +230,14 @@ class FixMatchSettings(NamedTuple):
 def fixmatch_loss(logits_weak: Float[Array, "u k"], logits_strong: Float[Array, "u k"],
                   threshold: float = 0.95, temperature: float = 1.0
                   ) -> tuple[Float[Array, ""], Float[Array, ""]]:
-    """FixMatch unlabeled loss (``table:combining_with_SSL`` baseline).
-
-    ``q_i = softmax(z^w_i / T)`` (no gradient), ``m_i = [max_k q_ik >= tau]``,
-    ``L_u = 1/U sum_i m_i * l(z^s_i, argmax_k q_ik)``, in at least float32.
+    """FixMatch's unlabeled loss (Table 4.5): cross-entropy of the
+    strong view against confident pseudo-labels of the weak view.
 
     Args:
-        logits_weak: (U, K) logits on weakly augmented unlabeled images.
-        logits_strong: (U, K) logits on strongly augmented versions of the same images.
-        threshold: confidence threshold tau in (0, 1].
-        temperature: T > 0.
+        logits_weak, logits_strong: ``(U, K)``. threshold: in (0, 1]. temperature: ``> 0``.
 
     Returns:
-        ``(L_u, mask_rate)`` where ``mask_rate`` is the fraction of pseudo-labels kept.
-
-    Example:
-        >>> zw = jnp.array([[10.0, 0.0], [0.0, 0.0]])
-        >>> lu, rate = fixmatch_loss(zw, jnp.zeros((2, 2)))
-        >>> round(float(lu), 4), float(rate)
-        (0.3466, 0.5)
+        ``(L_u, mask_rate)``, the fraction of pseudo-labels kept.
     """
     if logits_weak.shape != logits_strong.shape or logits_weak.ndim != 2:
         raise ValueError("logits_weak and logits_strong must both have shape (U, K); got "
@@ -346,21 +253,20 @@ def fixmatch_loss(logits_weak: Float[Array, "u k"], logits_strong: Float[Array, 
 # --------------------------------------------------------------------------------------
 # schedule and optimizer
 # --------------------------------------------------------------------------------------
-def cosine_schedule(base_lr: float = 0.03, total_steps: int = 2 ** 15,
-                    num_cycles: float = 7 / 16) -> optax.Schedule:
-    """``lr(i) = base_lr * cos(pi * num_cycles * i / total_steps)`` (App. ``apdx:exp_detail``).
+def cosine_schedule(base_lr: float = BASE_LR, total_steps: int = 2 ** 15,
+                    num_cycles: float = LR_CYCLES) -> optax.Schedule:
+    """``lr(i) = base_lr cos(pi num_cycles i / total_steps)`` (Section B.6: ``0.03 cos(7 pi i / (16 2^15))``).
 
-    With the defaults, ``lr(i) = 0.03 cos(7 pi i / (16 * 2^15))``: it decays from 0.03 to
-    ``0.03 cos(7 pi / 16) ~ 0.0059`` at the last step (no warm-up).
-
-    Example:
-        >>> s = cosine_schedule()
-        >>> round(float(s(0)), 6), round(float(s(2 ** 15)), 6)
-        (0.03, 0.005853)
+    Raises:
+        ValueError: ``base_lr <= 0``, or ``num_cycles`` outside ``[0, 1/2]`` (the rate would turn
+            negative before the last step).
     """
     check_int("total_steps", total_steps, low=1)
     if not (isinstance(base_lr, numbers.Real) and base_lr > 0 and math.isfinite(base_lr)):
         raise ValueError(f"base_lr must be a finite number > 0; got {base_lr!r}")
+    if not (isinstance(num_cycles, numbers.Real) and 0 <= num_cycles <= 0.5):
+        raise ValueError("num_cycles must lie in [0, 1/2]: cos(pi * num_cycles * i / total_steps)"
+                         f" turns negative before the last step otherwise; got {num_cycles!r}")
 
     def schedule(count):
         return base_lr * jnp.cos(jnp.pi * num_cycles * count / total_steps)
@@ -376,23 +282,13 @@ def _decay_mask(params):
 def make_optimizer(learning_rate: Any = None, *, momentum: float = 0.9, nesterov: bool = True,
                    weight_decay: float = 5e-4, ema_decay: float = 0.0
                    ) -> optax.GradientTransformation:
-    """SGD with momentum and coupled weight decay, as the reference code (App. ``apdx:exp_detail``).
-
-    ``g <- g + wd * theta`` (kernels only), ``m <- momentum * m + g``, update
-    ``-lr * (g + momentum * m)`` (Nesterov; plain momentum uses ``-lr * m``): PyTorch's
-    ``SGD(momentum=0.9, nesterov=True, weight_decay=wd)`` with the reference's no-decay group
-    for biases and BatchNorm parameters (:func:`rdr_jax.training.sgd`).
+    """SGD with Nesterov momentum and coupled weight decay on the kernels, as the
+    reference code (Section B.6; :func:`rdr_jax.training.sgd`).
 
     Args:
         learning_rate: a float or an optax schedule (default :func:`cosine_schedule`).
-        momentum: momentum coefficient.
-        nesterov: Nesterov momentum.
-        weight_decay: coupled L2 coefficient (0 disables it).
-        ema_decay: keep the exponential moving average of the weights that evaluation uses
-            (:func:`rdr_jax.training.param_ema`; FixMatch: 0.999; 0: none).
-
-    Example:
-        >>> tx = make_optimizer(cosine_schedule(total_steps=100))
+        momentum, nesterov, weight_decay: the SGD settings.
+        ema_decay: keep a weight average for evaluation (FixMatch: 0.999; 0: none).
     """
     if learning_rate is None:
         learning_rate = cosine_schedule()
@@ -404,18 +300,8 @@ def make_optimizer(learning_rate: Any = None, *, momentum: float = 0.9, nesterov
 # models (rdr_jax.models)
 # --------------------------------------------------------------------------------------
 def build_model(model_cfg: Any, *, seed: int = 0, dtype: Any = None) -> nnx.Module:
-    """Build the classifier named by a config (``name``: ``"wide_resnet"`` or ``"small_cnn"``)
-    with the model registry :func:`rdr_jax.models.build_model`.
-
-    ``wide_resnet`` uses :class:`rdr_jax.models.wide_resnet.WideResNet` (``num_classes``,
-    ``depth``, ``widen_factor``, ``in_channels``); ``small_cnn`` uses
-    :class:`rdr_jax.models.small_cnn.SmallCNN` (``num_classes``, ``in_channels``, ``width``).
-    Parameters are initialised from ``nnx.Rngs(seed)`` in float32; ``dtype`` is the
-    computation dtype (a config's ``dtype`` field, see
-    :func:`rdr_jax.training.compute_dtype`; ``None``: the model's default).
-
-    Example:
-        >>> m = build_model({"name": "small_cnn", "num_classes": 10, "in_channels": 1})
+    """The classifier a config names (``"wide_resnet"`` or ``"small_cnn"``), built by
+    :func:`rdr_jax.models.build_model`; ``dtype`` is the computation dtype.
     """
     name = dict(model_cfg).get("name")
     if name not in ("small_cnn", "wide_resnet"):
@@ -432,17 +318,9 @@ def build_model(model_cfg: Any, *, seed: int = 0, dtype: Any = None) -> nnx.Modu
 def random_shift_rotate(key: jax.Array, images: Float[Array, "b h w c"], *,
                         max_shift: float = 1.0, max_angle: float = 15.0
                         ) -> Float[Array, "b h w c"]:
-    """Small random rotations and translations (label-preserving for digits).
-
-    Each image is rotated about its centre by ``U(-max_angle, max_angle)`` degrees and shifted
-    by ``U(-max_shift, max_shift)`` pixels per axis, with bilinear interpolation and zero fill
-    (``jax.scipy.ndimage.map_coordinates``). Output pixel ``p`` reads input ``R^T (p - c - t)
-    + c``.
-
-    Example:
-        >>> x = jnp.zeros((4, 8, 8, 1))
-        >>> random_shift_rotate(jax.random.key(0), x).shape
-        (4, 8, 8, 1)
+    """Random rotations (``U(-max_angle, max_angle)`` degrees) and shifts
+    (``U(-max_shift, max_shift)`` pixels), bilinear with zero fill (label-preserving for
+    digits).
     """
     key = check_key(key)
     b, h, w, c = images.shape
@@ -466,13 +344,8 @@ def random_shift_rotate(key: jax.Array, images: Float[Array, "b h w c"], *,
 
 def weak_augment(key: jax.Array, images: Float[Array, "b h w c"], *, pad_frac: float = 0.125,
                  flip: bool = True) -> Float[Array, "b h w c"]:
-    """FixMatch's weak augmentation: random horizontal flip and a random crop after reflect
-    padding by ``int(pad_frac * H)`` pixels (the reference code's ``RandomCrop(32, 4,
-    'reflect')``).
-
-    Example:
-        >>> weak_augment(jax.random.key(0), jnp.zeros((2, 32, 32, 3))).shape
-        (2, 32, 32, 3)
+    """FixMatch's weak augmentation: random horizontal flip and a random crop after
+    reflect padding by ``int(pad_frac * H)`` pixels.
     """
     key = check_key(key)
     b, h, w, c = images.shape
@@ -490,13 +363,8 @@ def weak_augment(key: jax.Array, images: Float[Array, "b h w c"], *, pad_frac: f
 
 
 def build_augment(aug_cfg: Any) -> Callable[[jax.Array, Array], Array]:
-    """The batched augmentation ``(key, images) -> images`` named by a config.
-
-    ``name``: ``"randaugment"`` (:func:`rdr_jax.dac.randaugment.rand_augment_batch` with
-    ``num_ops``, ``magnitude``), ``"shift_rotate"`` (:func:`random_shift_rotate` with
-    ``max_shift``, ``max_angle``), ``"weak"`` (:func:`weak_augment`) or ``"weak+randaugment"``
-    (weak then RandAugment, FixMatch's strong augmentation without Cutout). Fields that belong
-    to another augmentation are ignored.
+    """The batched augmentation ``(key, images) -> images`` a config names:
+    ``"randaugment"``, ``"shift_rotate"``, ``"weak"`` or ``"weak+randaugment"``.
     """
     cfg = dict(aug_cfg)
     name = cfg.pop("name")
@@ -539,9 +407,8 @@ def normalize_images(images: Array, mean: Optional[tuple] = None,
 # the train step (state: rdr_jax.training.TrainState)
 # --------------------------------------------------------------------------------------
 def apply_model(graphdef: Any, params: Any, model_state: Any, x: Array) -> tuple[Array, Any]:
-    """Run the model ``nnx.merge(graphdef, params, model_state)`` on ``x``.
-
-    Returns ``(logits, new_model_state)`` (BatchNorm statistics updated in training mode).
+    """``(logits, new_model_state)`` of ``nnx.merge(graphdef, params, model_state)``
+    on ``x`` (BatchNorm statistics updated in training mode).
     """
     return merge_apply(graphdef, params, model_state, x)
 
@@ -551,16 +418,14 @@ def _identity(x):
 
 
 class StepInputs(NamedTuple):
-    """How a DAC step prepares the model's inputs besides the labeled augmentations.
+    """How a DAC step prepares the model's inputs.
 
     Attributes:
-        normalize: applied to every image batch before the model (default: identity).
-        originals_augment: optional augmentation of the labeled originals (e.g. FixMatch's
-            flip + crop).
-        fixmatch: :class:`FixMatchSettings` to add the FixMatch loss (then the step needs
-            ``unlabeled`` images, ``mu * B`` of them, and ``weak``/``strong``).
-        weak, strong: FixMatch's weak and strong batched augmentations ``(key, images) ->
-            images``.
+        normalize: applied to every image batch (default: identity).
+        originals_augment: optional augmentation of the labeled originals.
+        fixmatch: :class:`FixMatchSettings` to add the FixMatch loss (needs ``weak``, ``strong``
+            and ``mu * B`` unlabeled images).
+        weak, strong: FixMatch's batched augmentations.
     """
 
     normalize: Callable[[Array], Array] = _identity
@@ -574,39 +439,20 @@ def make_train_step(graph: ModelGraph, tx: optax.GradientTransformation, *, alph
                     augment: Callable[[jax.Array, Array], Array],
                     consistency_on: str = "probs", squared: bool = False,
                     reduction: str = "mean", inputs: StepInputs = StepInputs()) -> Callable:
-    """Build the pure train step for DAC / DA-ERM (optionally + FixMatch).
+    """The pure train step ``step(state, key, images, labels, lam, dac,
+    unlabeled=None) -> (state, metrics)`` of DAC / DA-ERM (optionally + FixMatch).
 
-    The returned ``step(state, key, images, labels, lam, dac, unlabeled=None) -> (state,
-    metrics)``:
-
-    1. ``k = fold_in(key, state.step)``; ``alpha`` augmentations of the labeled batch,
-       ``x_{i,j} = augment(k_j, x)`` (originals optionally pass
-       ``inputs.originals_augment``, e.g. flip + crop);
-    2. one forward pass over ``[x; x_{.,1}; ...; x_{.,alpha}]`` (and, with FixMatch, the weak
-       and strong views of the unlabeled batch) with BatchNorm in training mode;
-    3. the objective :func:`dac_loss` when ``dac`` is true, else :func:`da_erm_loss` (``dac``
-       and ``lam`` are traced: one compilation serves both methods and every lambda), plus
-       ``lambda_u * L_u`` of :func:`fixmatch_loss` with FixMatch;
-    4. an optax update of the parameters (:func:`rdr_jax.training.apply_gradients`; the
-       weight average too when ``tx`` keeps one); BatchNorm statistics and ``step`` advance.
+    ``alpha`` augmentations of the batch, one forward pass over originals and augmentations,
+    :func:`dac_loss` if ``dac`` else :func:`da_erm_loss` (both traced), an optax update.
 
     Args:
-        graph: from :func:`rdr_jax.training.init_train_state`.
-        tx: the optax optimizer.
-        alpha: augmentations per sample (static, >= 1).
-        augment: batched augmentation ``(key, images) -> images`` on [0, 1] images.
+        graph: from :func:`rdr_jax.training.init_train_state`. tx: the optimizer.
+        alpha: augmentations per sample (static). augment: ``(key, images) -> images``.
         consistency_on, squared, reduction: see :func:`dac_loss`.
-        inputs: :class:`StepInputs` (normalisation, originals' augmentation, FixMatch).
+        inputs: :class:`StepInputs`.
 
     Returns:
-        The step function (not jitted; jit it once, e.g. ``jax.jit(step)``).
-
-    Example:
-        >>> graph, st = init_train_state(SmallCNN(10, rngs=nnx.Rngs(0)), make_optimizer())
-        >>> step = jax.jit(make_train_step(graph, make_optimizer(), alpha=2,
-        ...                                augment=random_shift_rotate))
-        >>> st, m = step(st, jax.random.key(0), jnp.zeros((4, 8, 8, 1)),
-        ...              jnp.zeros(4, jnp.int32), 1.0, True)
+        The step (not jitted).
     """
     alpha = check_alpha(alpha)
     _check_choice("consistency_on", consistency_on, _CONSISTENCY_ON)
@@ -659,10 +505,10 @@ def make_train_step(graph: ModelGraph, tx: optax.GradientTransformation, *, alph
 
 def make_eval_step(graph: ModelGraph, normalize: Callable[[Array], Array] = _identity
                    ) -> Callable:
-    """``eval_step(state, images, labels, mask) -> (correct, ce_sum)`` with BatchNorm in
-    evaluation mode (running statistics) and the parameters of
-    :func:`rdr_jax.training.eval_params` (the weight average when the optimizer keeps one,
-    as FixMatch evaluates); ``mask`` (bool, (B,)) drops padded rows."""
+    """``eval_step(state, images, labels, mask) -> (correct, ce_sum)`` with
+    BatchNorm in evaluation mode and :func:`rdr_jax.training.eval_params`; ``mask`` drops
+    padded rows.
+    """
 
     def eval_step(state: TrainState, images, labels, mask):
         model = nnx.merge(graph.eval, eval_params(state), state.model_state)
@@ -677,13 +523,11 @@ def make_eval_step(graph: ModelGraph, normalize: Callable[[Array], Array] = _ide
 def evaluate(eval_step: Callable, state: TrainState, images: np.ndarray, labels: np.ndarray,
              batch_size: int = 500, to_float: Callable[[np.ndarray], np.ndarray] = None
              ) -> dict:
-    """Test accuracy and mean cross-entropy over a whole (host) data set, in fixed-size
-    batches (the last one padded and masked, so ``eval_step`` compiles once).
+    """Test accuracy and mean cross-entropy over host arrays, in fixed-size batches
+    (the last padded, so ``eval_step`` compiles once; split over the state's mesh).
 
-    When ``state`` lives on a mesh (:func:`rdr_jax.training.fit`), each batch is split over
-    its devices (the batch size rounded up to a multiple of their number). The per-batch sums
-    are fetched once at the end. ``to_float`` converts a host batch (e.g.
-    uint8 CIFAR) to float images in [0, 1].
+    Returns:
+        ``{"accuracy", "ce", "n"}``.
     """
     n = len(labels)
     check_int("batch_size", batch_size, low=1)
@@ -715,12 +559,8 @@ class TrainResult(NamedTuple):
     """What :func:`train` returns.
 
     Attributes:
-        state: the final :class:`~rdr_jax.training.TrainState`.
-        graph: the :class:`~rdr_jax.training.ModelGraph` (``nnx.merge(graph.eval,
-            eval_params(state), state.model_state)`` gives the evaluation model).
-        history: list of per-``log_every`` metric dicts (step, loss, ce, consistency, lr
-            (the interval's mean), accuracy, ...).
-        test: final test metrics (accuracy, ce, n) or None without test data.
+        state: the final :class:`~rdr_jax.training.TrainState`. graph: its ModelGraph.
+        history: the logged metric rows. test: final test metrics or None.
         resumed_from: the step a checkpoint was restored from (None for a fresh run).
     """
 
@@ -755,9 +595,15 @@ def _plain(v):
     return v
 
 
+def _config_schedule(cfg: Any, total_steps: int) -> optax.Schedule:
+    """The cosine schedule of a config (``base_lr``, ``lr_cycles``; unset: the thesis')."""
+    base_lr, cycles = _cfg_get(cfg, "base_lr"), _cfg_get(cfg, "lr_cycles")
+    return cosine_schedule(BASE_LR if base_lr is None else float(base_lr), total_steps,
+                           LR_CYCLES if cycles is None else float(cycles))
+
+
 def _strong_augment(cfg: dict) -> Callable[[jax.Array, Array], Array]:
-    """FixMatch's strong view: weak, then the configured augmentation, then Cutout of side
-    ``strong_cutout`` (fraction of the image side; the reference's 0.5 when unset, 0: none)."""
+    """FixMatch's strong view: weak, the configured augmentation, Cutout."""
     from rdr_jax.dac.randaugment import cutout_batch
     base = build_augment(cfg["augment"])
     size = 0.5 if cfg["strong_cutout"] is None else float(cfg["strong_cutout"])
@@ -772,8 +618,7 @@ def _strong_augment(cfg: dict) -> Callable[[jax.Array, Array], Array]:
 
 
 def _build_step(graph: ModelGraph, tx, alpha: int, cfg: dict, fm) -> tuple:
-    """``(step, jitted eval step)`` of one architecture and step config; ``step`` adds the
-    learning rate to the metrics."""
+    """``(step, jitted eval step)``; ``step`` adds the learning rate to the metrics."""
     mean, std = cfg["normalize_mean"], cfg["normalize_std"]
     norm = _identity
     if mean:
@@ -788,8 +633,7 @@ def _build_step(graph: ModelGraph, tx, alpha: int, cfg: dict, fm) -> tuple:
                            consistency_on=cfg["consistency_on"] or "probs",
                            squared=bool(cfg["squared"]), reduction=cfg["reduction"] or "mean",
                            inputs=inputs)
-    schedule = cosine_schedule(float(cfg["base_lr"] or 0.03), int(cfg["total_steps"]),
-                               float(cfg["lr_cycles"] or 7 / 16))
+    schedule = _config_schedule(cfg, int(cfg["total_steps"]))
 
     def step(state, key, *batch):
         new, metrics = base(state, key, *batch)
@@ -799,9 +643,7 @@ def _build_step(graph: ModelGraph, tx, alpha: int, cfg: dict, fm) -> tuple:
 
 
 class _DacBatches:
-    """Batch source of :func:`train`: ``(images, labels, lam, dac[, unlabeled])`` from the
-    labeled (and FixMatch's unlabeled) :class:`~rdr_jax.dac.data.ArrayLoader`; ``lam`` and
-    the method flag are scalars (replicated, traced: one compilation for every lambda)."""
+    """Batch source of :func:`train`: ``(images, labels, lam, dac[, unlabeled])``."""
 
     def __init__(self, labeled, unlabeled, to_float, lam: float, dac: bool):
         self.labeled, self.unlabeled, self.to_float = labeled, unlabeled, to_float
@@ -827,8 +669,7 @@ class _DacBatches:
 
 
 def _settings(config: Any) -> dict:
-    """Validated run settings of a config (method, lam, alpha, steps, batch, seed, devices,
-    EMA decay, FixMatch settings, computation dtype)."""
+    """Validated run settings of a config."""
     method = _cfg_get(config, "method", "dac")
     _check_choice("method", method, ("dac", "da_erm", "fixmatch_dac"))
     num_devices = check_int("num_devices", int(_cfg_get(config, "num_devices", 0) or 0),
@@ -855,40 +696,19 @@ def train(config: Any, train_images: np.ndarray, train_labels: np.ndarray,
           *, unlabeled_images: Optional[np.ndarray] = None, workdir: Optional[Path | str] = None,
           stop_after: Optional[int] = None, progress: bool = True,
           to_float: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> TrainResult:
-    """Train one DAC / DA-ERM (/ FixMatch + DAC) model with checkpoint/resume.
+    """Train one DAC / DA-ERM / FixMatch + DAC model with checkpoint/resume: builds the
+    model, optimizer and :func:`make_train_step` from ``config`` and runs
+    :func:`rdr_jax.training.fit`.
 
-    A thin wrapper of the shared loop :func:`rdr_jax.training.fit`: it builds the model,
-    optimizer and :func:`make_train_step` from the config and hands them to ``fit``.
-
-    The config (an ``ml_collections.ConfigDict`` from :mod:`rdr_jax.dac.configs`, or any
-    mapping with the same fields) sets ``method`` (``"dac"``, ``"da_erm"``,
-    ``"fixmatch_dac"``), ``lam``, ``alpha``, ``batch_size``, ``total_steps``, ``base_lr``,
-    ``lr_cycles``, ``momentum``, ``nesterov``, ``weight_decay``, ``ema_decay`` (weight
-    average used for evaluation; 0: none), ``seed``, ``model`` (see :func:`build_model`),
-    ``augment`` (see :func:`build_augment`), ``weak_augment_originals``,
-    ``normalize_mean``/``normalize_std``, ``consistency_on``, ``squared``, ``reduction``,
-    ``checkpoint_every``, ``log_every``, ``eval_batch_size``, ``num_devices`` (data-parallel
-    devices, 0: all local ones; ``batch_size`` must be divisible by their number), ``dtype``
-    (the model's computation dtype, ``"float32"`` (default) or ``"bfloat16"``: mixed
-    precision with float32 parameters, BatchNorm statistics and losses) and, for FixMatch,
-    ``mu``, ``threshold``, ``temperature``, ``lambda_u``, ``strong_cutout``.
-
-    Data: host arrays, labeled ``train_images`` (N, H, W, C) (float in [0, 1], or anything
-    ``to_float`` maps there, e.g. uint8), ``train_labels`` (N,), optional test arrays and
-    ``unlabeled_images``. Batches come from :class:`rdr_jax.dac.data.ArrayLoader` (epoch
-    permutations from ``seed``), whose positions are checkpointed.
-
-    Checkpoints (``workdir`` given): every ``checkpoint_every`` steps and at the end (or at
-    ``stop_after``), orbax ``CheckpointManager`` in ``workdir/checkpoints`` saves the
-    :class:`~rdr_jax.training.TrainState`, the loader positions and the logged metrics
-    (also in ``workdir/metrics.jsonl``); a later call with the same ``workdir`` resumes from
-    the latest one. With ``stop_after = s`` the loop stops (and saves) after step ``s``, as
-    if killed there. On CPU, resuming reproduces the uninterrupted run bitwise (the step is
-    one jitted function of (state, key, batch) and the per-step key is ``fold_in(key,
-    step)``).
+    Args:
+        config: a config of :mod:`rdr_jax.dac.configs` (or a mapping with its fields).
+        train_images, train_labels: host arrays ``(N, H, W, C)`` and ``(N,)``.
+        test_images, test_labels: optional test arrays. unlabeled_images: FixMatch's pool.
+        workdir: checkpoints and ``metrics.jsonl`` (a later call resumes). stop_after: stop
+            (and save) after this step. progress: tqdm bar. to_float: host batch -> [0, 1].
 
     Returns:
-        :class:`TrainResult`.
+        :class:`TrainResult` (a resumed run is bitwise equal to an uninterrupted one on CPU).
     """
     from rdr_jax.dac.data import ArrayLoader
 
@@ -909,8 +729,7 @@ def train(config: Any, train_images: np.ndarray, train_labels: np.ndarray,
                          f"devices ({mesh.size}) for data parallelism over the batch axis "
                          f"(set num_devices)")
 
-    schedule = cosine_schedule(float(_cfg_get(config, "base_lr", 0.03)), st["total_steps"],
-                               float(_cfg_get(config, "lr_cycles", 7 / 16)))
+    schedule = _config_schedule(config, st["total_steps"])
     tx = make_optimizer(schedule, momentum=float(_cfg_get(config, "momentum", 0.9)),
                         nesterov=bool(_cfg_get(config, "nesterov", True)),
                         weight_decay=float(_cfg_get(config, "weight_decay", 5e-4)),

@@ -1,71 +1,10 @@
-"""RandAugment with the 14 operations of the thesis' deep DAC experiments, in JAX.
+"""RandAugment with the 14 operations of the thesis' deep DAC experiments, in JAX (Section B.6).
 
-Thesis App. ``apdx:exp_detail`` (used in Sec. ``sec:dac_experiments``): "RandAugment draws
-``n`` transformations uniformly at random from 14 different augmentations, namely {identity,
-autoContrast, equalize, rotate, solarize, color, posterize, contrast, brightness, sharpness,
-shear-x, shear-y, translate-x, translate-y}", each with a strength scalar in ``[1, 10]`` that
-the thesis always sets to 10, and ``n = 2`` by default.
-
-The thesis gives the list but not the value ranges; its code is adapted from
-kekmodel/FixMatch-pytorch, whose ``fixmatch_augment_pool`` (the FixMatch paper's RandAugment
-table) fixes them. :data:`OPS` records them as ``name -> (fn, value at magnitude 0, value at
-magnitude max)``; the parameter of an op at magnitude ``m`` is the linear interpolation
-
-    ``v(m) = v_0 + (v_max - v_0) m / max_magnitude``                                 (*)
-
-and for the signed ops (:data:`SIGNED_OPS`: rotate, shear, translate) ``v`` is negated with
-probability 1/2, as in the reference. Ranges (reference pool, ``PARAMETER_MAX = 10``):
-
-=============  ======================  ==========================================
-op             parameter               v_0 -> v_max
-=============  ======================  ==========================================
-identity       --                      --
-auto_contrast  --                      --
-equalize       --                      --
-rotate         degrees (ccw, +-)       0 -> 30
-solarize       threshold               256/255 -> 0  (reference ``256 - int(m * 25.6)``)
-color          enhance factor          0.05 -> 0.95
-posterize      bits kept               4 -> 8        (floored, as ``int(0.4 m) + 4``)
-contrast       enhance factor          0.05 -> 0.95
-brightness     enhance factor          0.05 -> 0.95
-sharpness      enhance factor          0.05 -> 0.95
-shear_x/y      shear coefficient (+-)  0 -> 0.3
-translate_x/y  fraction of width (+-)  0 -> 0.3      (pixels ``trunc(v * W)``)
-=============  ======================  ==========================================
-
-Note what the reference ranges imply at the thesis' magnitude 10: the enhance factors are
-0.95 (close to the identity; factor 1 is the identity), posterize keeps all 8 bits (the
-identity), solarize inverts every pixel, rotations are +-30 degrees and shifts 9 px of 32.
-The reference ``RandAugmentMC`` additionally draws each op's magnitude from
-``randint(1, m)`` (1..9 for m = 10), applies each op with probability 1/2 and always ends with
-a 16 px gray Cutout; the thesis describes a fixed strength, which is what
-:func:`rand_augment` implements (no Cutout). :func:`cutout` is the reference's Cutout
-(``CutoutAbs``: a gray ``(127, 127, 127)`` square of side ``v = 16 = 0.5 * 32`` px drawn with
-PIL's inclusive ``ImageDraw.rectangle`` and clipped at the image border); the FixMatch strong
-augmentation of :mod:`rdr_jax.dac.deep` appends it after the RandAugment ops, as the reference
-does.
-
-Semantics follow PIL exactly on images with values ``i / 255`` (``PIL.ImageOps``,
-``PIL.ImageEnhance``, ``Image.transform``/``rotate`` with nearest resampling, as the
-reference calls them), except that PIL rounds or truncates every result to uint8 and we do not
-(tests: equal up to 1 or 2 uint8 levels for the enhance ops and autocontrast, exact for the
-others). Images are float arrays in ``[0, 1]`` of shape ``(H, W, C)`` with ``C`` in {1, 3}.
-
-dm-pix is used where its op is PIL's op: ``dm_pix.solarize`` (invert where ``x >= t``) and
-``dm_pix.affine_transform`` for rotate/shear/translate (order 0 rounds half away from zero
-in pixel-index coordinates, which is PIL's ``floor`` of the pixel-centre map; rotation uses
-PIL's matrix about ``(W/2, H/2)`` rather than ``dm_pix.rotate``, whose fixed offset leaves no
-room for the tie handling of ``_affine``). PIL's own nearest-neighbour affine path does not take
-the exact floor next to pixel boundaries (a 7 degree rotation of a 24 x 20 image: 2 of 480
-pixels, e.g. exact sample coordinate 16.99996 and PIL reads pixel 17 -- consistent with its
-fixed-point evaluation); the ``1e-4`` px nudge of ``_affine`` reproduces PIL on every case
-tested, including the exact ties of 90 degree rotations of odd-by-even images. dm-pix is not
-used where its op differs from PIL's:
-``adjust_brightness`` adds a delta (PIL scales), ``adjust_contrast`` uses per-channel means
-(PIL one grayscale mean), ``adjust_saturation`` works in HSV (PIL blends with the ITU-R 601
-luma), and ``rgb_to_grayscale`` uses weights 0.2989/0.587/0.114 that sum to 0.9999, so a gray
-image would not be a fixed point of color/contrast; autocontrast, equalize, posterize and
-sharpness have no dm-pix counterpart.
+Each op matches PIL on images with values ``i / 255`` (floats in ``[0, 1]``, shape
+``(H, W, C)``, ``C`` in {1, 3}; PIL's uint8 rounding aside); :data:`OPS` holds the value ranges
+of the reference code (kekmodel/FixMatch-pytorch), which the thesis does not state. Why: the
+augmentation of Section 4.7 has to be jit/vmap-able to run inside the train
+step. Ranges, PIL details and the dm-pix choices: ``docs/training.md`` ("RandAugment").
 """
 
 from __future__ import annotations
@@ -152,15 +91,9 @@ _TIE_NUDGE = 1e-4  # pixels; see _affine
 
 
 def _affine(image, a, b, c, d, e, f, fill):
-    """PIL ``Image.transform(AFFINE, (a, b, c, d, e, f), NEAREST, fillcolor=fill)``.
-
-    Output pixel ``(x, y)`` takes input pixel ``floor(a (x+1/2) + b (y+1/2) + c)``,
-    ``floor(d (x+1/2) + e (y+1/2) + f)`` (fill outside); in index coordinates (pixel centres
-    at integers) that is ``round(a x + b y + (a+b)/2 + c - 1/2)``, which is what
-    ``dm_pix.affine_transform(order=0)`` evaluates with the matrix below (rows: y, x, c).
-    Sample points exactly on a pixel boundary (e.g. a 90 degree rotation of an odd-by-even
-    image) are resolved as PIL's ``floor`` does, towards the larger index, by a
-    ``1e-4``-pixel nudge that absorbs the float rounding of cos/sin (``cos(pi/2) != 0``).
+    """PIL ``Image.transform(AFFINE, (a..f), NEAREST, fillcolor=fill)`` via
+    ``dm_pix.affine_transform(order=0)``; a ``1e-4`` px nudge resolves exact pixel-boundary ties
+    as PIL's ``floor`` does.
     """
     dt = image.dtype
     one, zero = jnp.ones((), dt), jnp.zeros((), dt)
@@ -303,65 +236,27 @@ def _translate_y(image, fraction, fill=0.5):
 # public operations
 # --------------------------------------------------------------------------------------
 def identity(image: Float[Array, "h w c"]) -> Float[Array, "h w c"]:
-    """The identity operation of the 14-op list (thesis App. ``apdx:exp_detail``).
-
-    Example:
-        >>> x = jnp.full((4, 4, 3), 0.5)
-        >>> bool((identity(x) == x).all())
-        True
-    """
+    """The identity op."""
     _check_image(image)
     return image
 
 
 def auto_contrast(image: Float[Array, "h w c"]) -> Float[Array, "h w c"]:
-    """PIL ``ImageOps.autocontrast`` (no cutoff): per channel
-    ``x -> (x - min_c) / (max_c - min_c)``, unchanged where ``max_c == min_c``.
-
-    PIL truncates ``255 (i - lo) / (hi - lo)`` to an integer; this returns the exact ratio
-    (at most 1/255 above PIL). Thesis App. ``apdx:exp_detail`` (autoContrast).
-
-    Example:
-        >>> x = jnp.linspace(0.2, 0.6, 48).reshape(4, 4, 3)
-        >>> y = auto_contrast(x)
-        >>> float(y.min()), float(y.max())
-        (0.0, 1.0)
-    """
+    """PIL ``ImageOps.autocontrast``: per channel ``(x - min) / (max - min)``."""
     _check_image(image)
     return _auto_contrast(image)
 
 
 def equalize(image: Float[Array, "h w c"]) -> Float[Array, "h w c"]:
-    """PIL ``ImageOps.equalize``, per channel, on the uint8 levels ``i = round(255 x)``.
-
-    With histogram ``h``, ``i_top`` the highest occupied level and
-    ``step = floor((H W - h[i_top]) / 255)``: ``i -> min(255, floor((floor(step / 2) +
-    sum_{j < i} h[j]) / step))``; the identity if only one level is occupied or ``step == 0``.
-    Exact for images with values ``i / 255`` (other inputs are quantized first).
-    Thesis App. ``apdx:exp_detail`` (equalize).
-
-    Example:
-        >>> x = jnp.round(jnp.linspace(0.0, 0.25, 32 * 32 * 3) * 255).reshape(32, 32, 3) / 255
-        >>> float(x.max()), round(float(equalize(x).max()), 3)
-        (0.250980406999588, 1.0)
-    """
+    """PIL ``ImageOps.equalize`` per channel on the uint8 levels ``round(255 x)``."""
     _check_image(image)
     return _equalize(image)
 
 
 def rotate(image: Float[Array, "h w c"], degrees: float, *,
            fill: float = 0.5) -> Float[Array, "h w c"]:
-    """Counter-clockwise rotation about the image centre, nearest neighbour, ``fill`` outside:
-    PIL ``img.rotate(degrees, fillcolor=fill)`` (``dm_pix.affine_transform``, order 0).
-
-    Output pixel centre ``p`` takes the input at ``c + R(-theta) (p - c)``, ``c`` the centre.
-    RandAugment range: ``|degrees|`` from 0 to 30, random sign (thesis App.
-    ``apdx:exp_detail``, rotate). ``rotate(x, 0) == x``.
-
-    Example:
-        >>> x = jnp.zeros((5, 5, 1)).at[2, 4].set(1.0)
-        >>> int(jnp.argmax(rotate(x, 90.0, fill=0.0)[:, :, 0].ravel()))   # (0, 2): moved up
-        2
+    """Counter-clockwise rotation by ``degrees`` about the centre, nearest neighbour,
+    ``fill`` outside (PIL ``img.rotate``).
     """
     _check_image(image)
     _check_scalar("degrees", degrees)
@@ -370,16 +265,8 @@ def rotate(image: Float[Array, "h w c"], degrees: float, *,
 
 
 def solarize(image: Float[Array, "h w c"], threshold: float) -> Float[Array, "h w c"]:
-    """Invert pixels at or above ``threshold``: ``x -> 1 - x if x >= t else x``
-    (``dm_pix.solarize``; PIL ``ImageOps.solarize(img, 255 t)``).
-
-    RandAugment range: ``t`` from 256/255 (identity) to 0 (full inversion); the reference maps
-    strength ``m`` to the uint8 threshold ``256 - int(25.6 m)``. Thesis App.
-    ``apdx:exp_detail`` (solarize).
-
-    Example:
-        >>> [round(v, 4) for v in solarize(jnp.array([[[0.2, 0.6, 1.0]]]), 0.5).ravel().tolist()]
-        [0.2, 0.4, 0.0]
+    """Invert pixels at or above ``threshold`` (``dm_pix.solarize``, PIL
+    ``ImageOps.solarize``).
     """
     _check_image(image)
     _check_scalar("threshold", threshold)
@@ -387,77 +274,35 @@ def solarize(image: Float[Array, "h w c"], threshold: float) -> Float[Array, "h 
 
 
 def color(image: Float[Array, "h w c"], factor: float) -> Float[Array, "h w c"]:
-    """PIL ``ImageEnhance.Color``: ``clip(g + f (x - g))`` with the luma
-    ``g = 0.299 R + 0.587 G + 0.114 B``; ``f = 0`` gray, ``f = 1`` identity.
-
-    RandAugment range ``f`` 0.05 -> 0.95. Thesis App. ``apdx:exp_detail`` (color).
-
-    Example:
-        >>> y = color(jnp.array([[[1.0, 0.0, 0.0]]]), 0.0)
-        >>> [round(v, 3) for v in y.ravel().tolist()]
-        [0.299, 0.299, 0.299]
-    """
+    """PIL ``ImageEnhance.Color``: blend with the luma by ``factor`` (1: identity)."""
     _check_image(image)
     _check_scalar("factor", factor, 0.0)
     return _color(image, factor)
 
 
 def posterize(image: Float[Array, "h w c"], bits: float) -> Float[Array, "h w c"]:
-    """PIL ``ImageOps.posterize``: keep the top ``floor(bits)`` bits of ``i = round(255 x)``:
-    ``x -> (i & ~(2^(8-b) - 1)) / 255``, ``b = floor(bits)`` in [1, 8] (8: identity).
-
-    RandAugment range ``bits`` 4 -> 8. Thesis App. ``apdx:exp_detail`` (posterize).
-
-    Example:
-        >>> round(float(posterize(jnp.full((1, 1, 1), 200 / 255), 4)[0, 0, 0]) * 255, 3)
-        192.0
-    """
+    """PIL ``ImageOps.posterize``: keep the top ``floor(bits)`` bits (8: identity)."""
     _check_image(image)
     _check_scalar("bits", bits, 1.0, 8.0)
     return _posterize(image, bits)
 
 
 def contrast(image: Float[Array, "h w c"], factor: float) -> Float[Array, "h w c"]:
-    """PIL ``ImageEnhance.Contrast``: ``clip(mu + f (x - mu))`` with ``mu`` the mean luma of
-    the image (PIL rounds ``mu`` to a uint8 level; we do not); ``f = 1`` identity.
-
-    RandAugment range ``f`` 0.05 -> 0.95. Thesis App. ``apdx:exp_detail`` (contrast).
-
-    Example:
-        >>> float(contrast(jnp.array([[[0.0]], [[1.0]]]), 0.5).max())
-        0.75
-    """
+    """PIL ``ImageEnhance.Contrast``: blend with the mean luma by ``factor``."""
     _check_image(image)
     _check_scalar("factor", factor, 0.0)
     return _contrast(image, factor)
 
 
 def brightness(image: Float[Array, "h w c"], factor: float) -> Float[Array, "h w c"]:
-    """PIL ``ImageEnhance.Brightness``: ``clip(f x)``; ``f = 0`` black, ``f = 1`` identity.
-
-    RandAugment range ``f`` 0.05 -> 0.95. Thesis App. ``apdx:exp_detail`` (brightness).
-
-    Example:
-        >>> brightness(jnp.full((1, 1, 1), 0.8), 0.5).tolist()
-        [[[0.4000000059604645]]]
-    """
+    """PIL ``ImageEnhance.Brightness``: ``clip(factor x)``."""
     _check_image(image)
     _check_scalar("factor", factor, 0.0)
     return _brightness(image, factor)
 
 
 def sharpness(image: Float[Array, "h w c"], factor: float) -> Float[Array, "h w c"]:
-    """PIL ``ImageEnhance.Sharpness``: ``clip(s + f (x - s))`` with ``s`` the PIL ``SMOOTH``
-    filter of ``x`` (3x3 kernel ``[[1,1,1],[1,5,1],[1,1,1]] / 13`` inside, border pixels
-    unchanged); ``f = 0`` blurred, ``f = 1`` identity, ``f > 1`` sharpened.
-
-    RandAugment range ``f`` 0.05 -> 0.95. Thesis App. ``apdx:exp_detail`` (sharpness).
-
-    Example:
-        >>> x = jnp.zeros((3, 3, 1)).at[1, 1].set(1.0)
-        >>> round(float(sharpness(x, 0.0)[1, 1, 0]), 4)       # 5 / 13
-        0.3846
-    """
+    """PIL ``ImageEnhance.Sharpness``: blend with PIL's ``SMOOTH`` filter by ``factor``."""
     _check_image(image)
     _check_scalar("factor", factor, 0.0)
     return _sharpness(image, factor)
@@ -465,16 +310,7 @@ def sharpness(image: Float[Array, "h w c"], factor: float) -> Float[Array, "h w 
 
 def shear_x(image: Float[Array, "h w c"], shear: float, *,
             fill: float = 0.5) -> Float[Array, "h w c"]:
-    """Horizontal shear about the top-left corner: output ``(x, y)`` takes the input at
-    ``(x + s y, y)`` (PIL ``img.transform(size, AFFINE, (1, s, 0, 0, 1, 0))``, nearest,
-    ``fill`` outside). RandAugment range ``|s|`` 0 -> 0.3, random sign (thesis App.
-    ``apdx:exp_detail``, shear-x). ``shear_x(x, 0) == x``.
-
-    Example:
-        >>> x = jnp.zeros((4, 4, 1)).at[3, 0].set(1.0)
-        >>> float(shear_x(x, -0.5, fill=0.0)[3, 2, 0])          # row 3 moves right by ~2
-        1.0
-    """
+    """Horizontal shear: output ``(x, y)`` reads input ``(x + s y, y)`` (PIL affine)."""
     _check_image(image)
     _check_scalar("shear", shear)
     _check_fill(fill)
@@ -483,16 +319,7 @@ def shear_x(image: Float[Array, "h w c"], shear: float, *,
 
 def shear_y(image: Float[Array, "h w c"], shear: float, *,
             fill: float = 0.5) -> Float[Array, "h w c"]:
-    """Vertical shear about the top-left corner: output ``(x, y)`` takes the input at
-    ``(x, y + s x)`` (PIL ``AFFINE (1, 0, 0, s, 1, 0)``, nearest, ``fill`` outside).
-    RandAugment range ``|s|`` 0 -> 0.3, random sign (thesis App. ``apdx:exp_detail``,
-    shear-y). ``shear_y(x, 0) == x``.
-
-    Example:
-        >>> x = jnp.zeros((4, 4, 1)).at[0, 3].set(1.0)
-        >>> float(shear_y(x, -0.5, fill=0.0)[2, 3, 0])
-        1.0
-    """
+    """Vertical shear: output ``(x, y)`` reads input ``(x, y + s x)`` (PIL affine)."""
     _check_image(image)
     _check_scalar("shear", shear)
     _check_fill(fill)
@@ -501,16 +328,7 @@ def shear_y(image: Float[Array, "h w c"], shear: float, *,
 
 def translate_x(image: Float[Array, "h w c"], fraction: float, *,
                 fill: float = 0.5) -> Float[Array, "h w c"]:
-    """Horizontal shift: output ``(x, y)`` takes the input at ``(x + t, y)`` with
-    ``t = trunc(fraction W)`` pixels (PIL ``AFFINE (1, 0, t, 0, 1, 0)``, ``fill`` outside), so
-    a positive ``fraction`` moves the content left. RandAugment range ``|fraction|`` 0 -> 0.3,
-    random sign (thesis App. ``apdx:exp_detail``, translate-x). ``translate_x(x, 0) == x``.
-
-    Example:
-        >>> x = jnp.zeros((1, 10, 1)).at[0, 5].set(1.0)
-        >>> int(jnp.argmax(translate_x(x, 0.2, fill=0.0)[0, :, 0]))
-        3
-    """
+    """Horizontal shift: output ``(x, y)`` reads input ``(x + trunc(fraction W), y)``."""
     _check_image(image)
     _check_scalar("fraction", fraction)
     _check_fill(fill)
@@ -519,15 +337,7 @@ def translate_x(image: Float[Array, "h w c"], fraction: float, *,
 
 def translate_y(image: Float[Array, "h w c"], fraction: float, *,
                 fill: float = 0.5) -> Float[Array, "h w c"]:
-    """Vertical shift by ``t = trunc(fraction H)`` pixels: output ``(x, y)`` takes the input
-    at ``(x, y + t)`` (PIL ``AFFINE (1, 0, 0, 0, 1, t)``, ``fill`` outside). RandAugment range
-    ``|fraction|`` 0 -> 0.3, random sign (thesis App. ``apdx:exp_detail``, translate-y).
-
-    Example:
-        >>> x = jnp.zeros((10, 1, 1)).at[5, 0].set(1.0)
-        >>> int(jnp.argmax(translate_y(x, -0.2, fill=0.0)[:, 0, 0]))
-        7
-    """
+    """Vertical shift: output ``(x, y)`` reads input ``(x, y + trunc(fraction H))``."""
     _check_image(image)
     _check_scalar("fraction", fraction)
     _check_fill(fill)
@@ -535,7 +345,7 @@ def translate_y(image: Float[Array, "h w c"], fraction: float, *,
 
 
 #: name -> (public op, parameter at magnitude 0, parameter at magnitude ``max_magnitude``),
-#: in the thesis' order (App. ``apdx:exp_detail``); ranges of the reference
+#: in the thesis' order (Section B.6); ranges of the reference
 #: ``fixmatch_augment_pool``. ``None`` for the three parameter-free ops.
 OPS: dict[str, tuple[Callable[..., Any], float | None, float | None]] = {
     "identity": (identity, None, None),
@@ -589,12 +399,8 @@ def _check_magnitude(magnitude, max_magnitude) -> float:
 
 
 def op_value(name: str, magnitude: float, max_magnitude: float = 10.0) -> Any:
-    """The parameter of op ``name`` at strength ``magnitude``, Eq. (*) of the module docstring:
+    """The parameter of op ``name`` at ``magnitude``:
     ``v_0 + (v_max - v_0) magnitude / max_magnitude`` (``None`` for parameter-free ops).
-
-    Example:
-        >>> op_value("rotate", 10.0), op_value("brightness", 0.0), op_value("posterize", 5.0)
-        (30.0, 0.05, 6.0)
     """
     if name not in OPS:
         raise ValueError(f"name must be one of {list(OPS)}; got {name!r}")
@@ -607,14 +413,7 @@ def op_value(name: str, magnitude: float, max_magnitude: float = 10.0) -> Any:
 
 def apply_op(name: str, image: Float[Array, "h w c"], magnitude: float, *, sign: int = 1,
              max_magnitude: float = 10.0, fill: float = 0.5) -> Float[Array, "h w c"]:
-    """Apply op ``name`` at strength ``magnitude`` (parameter ``sign * op_value(...)`` for the
-    signed ops; ``sign`` is ignored by the others). Thesis App. ``apdx:exp_detail``.
-
-    Example:
-        >>> x = jax.random.uniform(jax.random.key(0), (8, 8, 3))
-        >>> bool((apply_op("rotate", x, 0.0) == x).all())
-        True
-    """
+    """Apply op ``name`` at ``magnitude`` (``sign`` flips the signed ops' parameter)."""
     if name not in OPS:
         raise ValueError(f"name must be one of {list(OPS)}; got {name!r}")
     if sign not in (1, -1):
@@ -648,32 +447,16 @@ def _rand_augment(key, image, magnitude, fill, *, num_ops, max_magnitude):
 def rand_augment(key: jax.Array, image: Float[Array, "h w c"], num_ops: int = 2,
                  magnitude: float = 10.0, *, max_magnitude: float = 10.0,
                  fill: float = 0.5) -> Float[Array, "h w c"]:
-    """RandAugment (thesis App. ``apdx:exp_detail``): apply ``num_ops`` ops drawn uniformly
-    with replacement from the 14 of :data:`OPS`, in sequence, each at strength ``magnitude``.
-
-    ``x_0 = image``, ``x_j = op_{i_j}(x_{j-1}, +-v_{i_j}(magnitude))`` with
-    ``i_j ~ U{0..13}`` independent, ``v`` from Eq. (*), and a fair random sign for the
-    geometric ops. One key gives one draw (deterministic per key); jit-able (``num_ops`` is
-    static, ``magnitude`` and ``fill`` may be traced) and vmap-able over keys and images
-    (:func:`rand_augment_batch`).
+    """RandAugment: ``num_ops`` ops drawn uniformly with replacement from the 14 of
+    :data:`OPS`, applied in sequence at strength ``magnitude`` (signed ops get a random sign).
 
     Args:
-        key: a JAX PRNG key.
-        image: float32/float64 array ``(H, W, C)``, ``C`` in {1, 3}, values in [0, 1].
-        num_ops: number of ops ``n >= 0`` (2 in the thesis; 0 returns ``image``).
-        magnitude: strength in ``[0, max_magnitude]`` (10 in the thesis).
-        max_magnitude: the strength scale (10, the reference ``PARAMETER_MAX``).
-        fill: value of pixels uncovered by rotate/shear/translate, in [0, 1] (the reference
-            uses PIL's default black, ``fill=0``; FixMatch's TF code uses gray 128/255).
+        key: PRNG key (one key, one draw). image: ``(H, W, C)`` in [0, 1].
+        num_ops: static ``n >= 0`` (2 in the thesis). magnitude: in ``[0, max_magnitude]`` (10).
+        max_magnitude: the strength scale (10). fill: value of uncovered pixels.
 
     Returns:
-        The augmented image, same shape and dtype, values in [0, 1].
-
-    Example:
-        >>> x = jax.random.uniform(jax.random.key(0), (32, 32, 3))
-        >>> y = rand_augment(jax.random.key(1), x)          # 2 ops at strength 10
-        >>> y.shape, y.dtype
-        ((32, 32, 3), dtype('float32'))
+        The augmented image, same shape and dtype.
     """
     key = V.check_key(key)
     _check_image(image)
@@ -689,14 +472,8 @@ def rand_augment(key: jax.Array, image: Float[Array, "h w c"], num_ops: int = 2,
 def rand_augment_batch(key: jax.Array, images: Float[Array, "b h w c"], num_ops: int = 2,
                        magnitude: float = 10.0, *, max_magnitude: float = 10.0,
                        fill: float = 0.5) -> Float[Array, "b h w c"]:
-    """:func:`rand_augment` on each image of a batch with independent keys
-    ``jax.random.split(key, B)`` (``jax.vmap``); image ``b`` gets exactly
-    ``rand_augment(split(key, B)[b], images[b], ...)``.
-
-    Example:
-        >>> xs = jax.random.uniform(jax.random.key(0), (4, 32, 32, 3))
-        >>> rand_augment_batch(jax.random.key(1), xs).shape
-        (4, 32, 32, 3)
+    """:func:`rand_augment` on each image with the keys
+    ``jax.random.split(key, B)``.
     """
     key = V.check_key(key)
     _check_image(images, "images", batched=True)
@@ -741,31 +518,15 @@ def _cutout(key, image, side, fill):
 
 def cutout(key: jax.Array, image: Float[Array, "h w c"], size: float = 0.5, *,
            fill: float = CUTOUT_FILL) -> Float[Array, "h w c"]:
-    """Cutout as FixMatch's RandAugment ends (kekmodel/FixMatch-pytorch ``CutoutAbs``).
-
-    With ``v = int(size * min(H, W))`` (16 px for 32 x 32 images and the reference's
-    ``size = 0.5``) and a centre ``(c_x, c_y)`` uniform on ``[0, W) x [0, H)``::
-
-        x_0 = floor(max(0, c_x - v/2)),  x_1 = min(W, x_0 + v)      (same for y)
-
-    and every pixel with ``x_0 <= x <= x_1`` and ``y_0 <= y <= y_1`` (PIL's rectangle includes
-    both corners; the image border clips it) is set to ``fill``: one axis-aligned square of
-    ``v + 1`` pixels a side inside the image, cut by the right / bottom border near them.
-    Deterministic per key; jit-able and vmap-able (:func:`cutout_batch`).
+    """FixMatch's Cutout (``CutoutAbs``): one gray square of side
+    ``int(size * min(H, W)) + 1`` px at a uniform centre, clipped by the border.
 
     Args:
-        key: a JAX PRNG key.
-        image: float32/float64 ``(H, W, C)``, ``C`` in {1, 3}, values in [0, 1].
-        size: the side as a fraction of the image side, in (0, 1] (static).
-        fill: the patch value in [0, 1] (the reference's gray 127/255).
+        key: PRNG key. image: ``(H, W, C)`` in [0, 1]. size: side fraction in (0, 1] (static).
+        fill: the patch value (the reference's 127/255).
 
     Returns:
-        The image with the patch, same shape and dtype.
-
-    Example:
-        >>> y = cutout(jax.random.key(0), jnp.zeros((32, 32, 3)))
-        >>> int((y[..., 0] > 0).sum()) <= 17 * 17
-        True
+        The image with the patch.
     """
     key = V.check_key(key)
     _check_image(image)
@@ -775,12 +536,7 @@ def cutout(key: jax.Array, image: Float[Array, "h w c"], size: float = 0.5, *,
 
 def cutout_batch(key: jax.Array, images: Float[Array, "b h w c"], size: float = 0.5, *,
                  fill: float = CUTOUT_FILL) -> Float[Array, "b h w c"]:
-    """:func:`cutout` on each image of a batch with the keys ``jax.random.split(key, B)``.
-
-    Example:
-        >>> cutout_batch(jax.random.key(0), jnp.zeros((4, 8, 8, 1))).shape
-        (4, 8, 8, 1)
-    """
+    """:func:`cutout` on each image with the keys ``jax.random.split(key, B)``."""
     key = V.check_key(key)
     _check_image(images, "images", batched=True)
     size, fill = _check_cutout(size, fill)

@@ -1,53 +1,10 @@
-"""DAC vs DA-ERM for two-layer ReLU regression (thesis Sec. ``sec:example_2relu``, App.
-``apx:pf_case_2layer_relu``, Thm ``thm:case_2layer_relu_risk``).
+"""DAC vs DA-ERM for two-layer ReLU regression (thesis Section 4.6.1, Theorem B.2).
 
-Setting (thesis notation, ``x`` a row of ``X``):
-
-* **data** -- ``y = (x^T B*)_+ w* + eps`` with ``x ~ N(0, I_d)`` (Assumption
-  ``ass:observable_marginal_distribution`` with ``Sigma_x = I``), ``eps ~ N(0, sigma^2)``,
-  ``B* = [b*_1 ... b*_q]`` with unit columns (``b*_k in S^{d-1}``). Here the columns of ``B*``
-  live in the first ``d_causal`` coordinates (the "causal" features); the remaining
-  ``d - d_causal`` coordinates are "environment" features that carry no label information;
-* **augmentations** -- ``alpha`` augmentations per sample,
-  ``x_{i,j} = x_i + aug_scale * [0; z_{i,j}]``, ``z_{i,j} ~ N(0, I_{d_aug})`` on the *last*
-  ``d_aug <= d - d_causal`` coordinates (the label-invariant analogue of the thesis'
-  color-jitter example ``example:misspec``). ``Delta = A(X) - M X`` (``alpha N x d``) then has an
-  absolutely continuous distribution on those coordinates and ``rank(Delta) = d_aug`` a.s.
-  once ``alpha N >= d_aug`` (Def. ``def:daug``); ``X_aug`` stacks the ``alpha`` augmented copies
-  as ``(alpha, N, d)`` (``X_aug[j, i] = x_{i, j+1}``);
-* **model / class** -- ``h(x) = (x^T B)_+ w`` with ``B in R^{d x q}`` having unit columns and
-  ``||w||_1 <= C_w`` (the thesis' ``H``); both constraints are enforced by projection after
-  every optimizer step (``C_w = None`` drops the l1 constraint);
-* **DA-ERM** (Eq. ``eq:plain_erm``) -- ``min_h 1/(2(1+alpha)N) sum_{i, j=0..alpha}
-  (h(x_{i,j}) - y_i)^2`` (``x_{i,0} = x_i``): the augmented samples are extra labeled data;
-* **DAC, hard** (Eq. ``eq:dac_hard``, the thesis' analysed estimator) -- ``min_h 1/(2N)
-  sum_i (h(x_i) - y_i)^2`` s.t. ``(x_{i,j}^T B)_+ = (x_i^T B)_+`` for all ``i, j``. By Lemma
-  ``lemma:2layer-relu-input-consistency-exclude-spurious`` this holds (w.h.p., ``alpha N >=
-  4 d_aug``) iff every column of ``B`` lies in ``null(Delta)``, i.e. ``B = P_null B``; it is
-  enforced by projecting ``B <- P_null B`` and renormalising the columns after every step (the
-  Euclidean projection onto ``{unit vectors in null(Delta)}``);
-* **DAC, soft** (Eq. ``eq:dac_soft`` with ``rho`` the squared Euclidean distance of the
-  first-layer outputs) -- ``1/(2N) sum_i (h(x_i) - y_i)^2 + lam/(alpha N) sum_{i,j}
-  ||(x_{i,j}^T B)_+ - (x_i^T B)_+||_2^2``; ``lam = 0`` is plain ERM on the ``N`` originals;
-* **excess risk** -- ``L(h) - L(h*) = mean_i (h(x_i) - h*(x_i))^2`` on the training inputs
-  (the thesis' fixed-design risk) or on fresh test inputs (population risk).
-
-The thesis' comparison: DAC gives ``L(h_dac) - L(h*) <~ sigma C_w C_null / sqrt(N)`` with
-``C_null^2 = 1/N sum_i ||P_null x_i||^2 <~ d - d_aug`` (Thm ``thm:case_2layer_relu_risk``, Cor.
-``coro:two_layer_daug_bound``), DA-ERM no better than ``sigma C_w max(sqrt(d / ((alpha+1)N)),
-sqrt((d - d_aug)/N))``: DAC wins, by more for large ``d_aug`` and small ``alpha``.
-
-Parameters are a :class:`TwoLayerParams` NamedTuple (a pytree, not a Flax module) so that the
-whole fit is one pure function of ``(key, X, y, X_aug)``: ``jax.vmap`` over keys trains many
-seeds at once and ``jax.jit`` compiles it once per shape.
-
-Example::
-
-    data = make_data(jax.random.key(0), n=100, d=30, q=2, d_causal=5, alpha=2, d_aug=20,
-                     sigma=0.5, n_test=1000)
-    erm = fit_da_erm(jax.random.key(1), data.X, data.y, data.X_aug, width=8, c_w=2.0)
-    dac = fit_dac(jax.random.key(1), data.X, data.y, data.X_aug, width=8, c_w=2.0)
-    excess_risk(dac.params, data.X_test, data.f_test)   # < the same for erm.params
+``y = (x^T B*)_+ w* + eps``; augmentations perturb the environment coordinates the teacher
+ignores; DA-ERM fits the augmented samples as extra data, DAC constrains (``lam=None``) or
+penalises the first layer to be invariant. Why: the thesis' nonlinear example where DAC's
+risk bound beats DA-ERM's. Parameters are a pytree, so a whole fit is one pure function
+(``jax.vmap`` over seeds). Setting and bounds: ``docs/training.md`` ("Two-layer ReLU").
 """
 
 from __future__ import annotations
@@ -82,26 +39,19 @@ METHODS = ("da_erm", "dac")
 # containers
 # ======================================================================================
 class TwoLayerParams(NamedTuple):
-    """Parameters of ``h(x) = (x^T B)_+ w``.
-
-    Attributes:
-      B: ``(d, width)`` first layer, one hidden unit per column (unit columns in the class).
-      w: ``(width,)`` output weights.
-    """
+    """Parameters of ``h(x) = (x^T B)_+ w``: ``B (d, width)``, ``w (width,)``."""
 
     B: Float[Array, "d q"]
     w: Float[Array, " q"]
 
 
 class TwoLayerData(NamedTuple):
-    """One draw of the thesis' two-layer ReLU regression problem (see :func:`make_data`).
+    """One draw of the problem (:func:`make_data`).
 
     Attributes:
-      X: ``(N, d)`` training inputs.  y: ``(N,)`` noisy labels ``h*(X) + eps``.
-      X_aug: ``(alpha, N, d)`` augmentations, ``X_aug[j, i] = x_{i, j+1}``.
-      f_X: ``(N,)`` noiseless ``h*(X)``.
-      X_test: ``(n_test, d)`` fresh inputs.  f_test: ``(n_test,)`` ``h*(X_test)``.
-      teacher: the ground truth :class:`TwoLayerParams` ``(B*, w*)``.
+      X: ``(N, d)`` inputs. y: ``(N,)`` noisy labels. X_aug: ``(alpha, N, d)``.
+      f_X: ``(N,)`` noiseless ``h*(X)``. X_test: ``(n_test, d)``. f_test: ``h*(X_test)``.
+      teacher: the ground truth :class:`TwoLayerParams`.
     """
 
     X: Float[Array, "n d"]
@@ -114,12 +64,11 @@ class TwoLayerData(NamedTuple):
 
 
 class AugmentationSubspace(NamedTuple):
-    """The subspaces of ``Delta = A(X) - M X`` (:func:`augmentation_subspace`).
+    """Projectors of ``Delta = A(X) - M X`` (:func:`augmentation_subspace`).
 
     Attributes:
-      P_null: ``(d, d)`` orthogonal projector onto ``null(Delta)`` (the invariant features).
-      P_range: ``(d, d)`` projector onto ``range(Delta^T)``, ``P_null + P_range = I``.
-      rank: numerical rank of ``Delta`` (the empirical ``d_aug``), int32 scalar.
+      P_null: ``(d, d)`` projector onto ``null(Delta)``. P_range: ``I - P_null``.
+      rank: the empirical ``d_aug`` (int32 scalar).
     """
 
     P_null: Float[Array, "d d"]
@@ -128,11 +77,8 @@ class AugmentationSubspace(NamedTuple):
 
 
 class FitResult(NamedTuple):
-    """Result of :func:`fit_da_erm` / :func:`fit_dac`.
-
-    Attributes:
-      params: the trained :class:`TwoLayerParams` (feasible: projected after the last step).
-      losses: ``(steps,)`` training objective at the parameters *before* each step.
+    """Result of :func:`fit_da_erm` / :func:`fit_dac`: the trained ``params`` and the
+    ``losses`` ``(steps,)`` before each step.
     """
 
     params: TwoLayerParams
@@ -237,24 +183,14 @@ def _dtype_arg(dtype) -> np.dtype:
 # data: teacher, augmentations, problem draws
 # ======================================================================================
 def make_teacher(key, d: int, q: int, d_causal: int, *, dtype=None) -> TwoLayerParams:
-    """Ground truth ``h*(x) = (x^T B*)_+ w*`` of Sec. ``sec:example_2relu``.
-
-    ``b*_k = [g_k; 0] / ||g_k||``, ``g_k ~ N(0, I_{d_causal})`` (unit columns supported on the
-    first ``d_causal`` coordinates, so ``h*`` ignores the environment coordinates);
-    ``w*_k = +-1`` with random signs (``||w*||_1 = q``).
+    """Ground truth ``h*(x) = (x^T B*)_+ w*``: unit columns supported on the first
+    ``d_causal`` coordinates, ``w* = +-1``.
 
     Args:
-      key: PRNG key.
-      d, q, d_causal: input dimension, teacher width, number of causal coordinates
-        (``1 <= d_causal <= d``); Python ints (static).
-      dtype: float32/float64 (default: float64 under x64, else float32).
+      key: PRNG key. d, q, d_causal: static sizes. dtype: float dtype.
 
     Returns:
       :class:`TwoLayerParams` ``(B* (d, q), w* (q,))``.
-
-    Example::
-
-        t = make_teacher(jax.random.key(0), 30, 2, 5)   # t.B[5:] == 0
     """
     key = V.check_key(key)
     d = V.check_int("d", d, low=1)
@@ -275,26 +211,15 @@ def _teacher(key, d, q, d_causal, dt) -> TwoLayerParams:
 
 def augment(key, X: Float[Array, "n d"], alpha: int, d_aug, *,
             aug_scale: float = 1.0) -> Float[Array, "alpha n d"]:
-    """``alpha`` augmentations of every row of ``X`` that perturb the last ``d_aug`` coordinates.
-
-    ``x_{i,j} = x_i + aug_scale [0; z_{i,j}]``, ``z_{i,j} ~ N(0, I_{d_aug})`` i.i.d.: label
-    invariant (Def. ``def:causal_invar_data_aug``) when ``h*`` ignores those coordinates, with
-    ``rank(Delta) = d_aug`` a.s. once ``alpha N >= d_aug`` (Def. ``def:daug``).
+    """``alpha`` augmentations ``x_{i,j} = x_i + aug_scale [0; z_{i,j}]``, ``z ~ N(0, I)``
+    on the last ``d_aug`` coordinates (label invariant when ``h*`` ignores them).
 
     Args:
-      key: PRNG key.
-      X: ``(N, d)`` inputs.
-      alpha: number of augmentations per sample, Python int ``>= 1`` (sets the shape).
-      d_aug: number of perturbed (environment) coordinates, ``0 <= d_aug <= d``; only builds a
-        mask, so it may be traced (e.g. vmapped over).
-      aug_scale: standard deviation of the perturbation (``> 0``).
+      key: PRNG key. X: ``(N, d)``. alpha: static int >= 1. d_aug: may be traced.
+      aug_scale: perturbation std > 0.
 
     Returns:
-      ``X_aug`` of shape ``(alpha, N, d)``, ``X_aug[j, i] = x_{i, j+1}``.
-
-    Example::
-
-        X_aug = augment(jax.random.key(1), X, alpha=4, d_aug=20)
+      ``X_aug``, ``(alpha, N, d)``.
     """
     key = V.check_key(key)
     (X,) = _check_xy(X, need_aug=False)
@@ -322,29 +247,15 @@ def _augment(key, X, alpha, d_aug, aug_scale):
 def make_data(key, *, n: int, d: int, q: int, d_causal: int, alpha: int, d_aug, sigma: float,
               n_test: int, aug_scale: float = 1.0, teacher: TwoLayerParams | None = None,
               dtype=None) -> TwoLayerData:
-    """Draw the thesis' two-layer ReLU problem: teacher, ``(X, y)``, augmentations, test set.
-
-    ``x ~ N(0, I_d)``; ``y = (x^T B*)_+ w* + eps``, ``eps ~ N(0, sigma^2)``
-    (Sec. ``sec:example_2relu``); ``X_aug`` from :func:`augment`; ``teacher`` from
-    :func:`make_teacher` unless given (then ``q``/``d_causal`` are only checked against it).
+    """Draw teacher, ``(X, y)``, augmentations and a test set (Section 4.6.1).
 
     Args:
-      key: PRNG key (split into teacher / inputs / noise / augmentations / test keys).
-      n, d, q, d_causal, alpha, n_test: sizes, Python ints (static).
-      d_aug: perturbed coordinates, ``0 <= d_aug <= d - d_causal`` (label invariance); may be
-        traced.
-      sigma: label noise standard deviation (``>= 0``).
-      aug_scale: augmentation strength (see :func:`augment`).
-      teacher: optional fixed ground truth.
-      dtype: float32/float64 (default per x64).
+      key: PRNG key. n, d, q, d_causal, alpha, n_test: static sizes.
+      d_aug: ``<= d - d_causal`` (may be traced). sigma: label noise std.
+      aug_scale: see :func:`augment`. teacher: optional fixed ground truth. dtype: float dtype.
 
     Returns:
       :class:`TwoLayerData`.
-
-    Example::
-
-        data = make_data(jax.random.key(0), n=100, d=30, q=2, d_causal=5, alpha=1,
-                         d_aug=20, sigma=0.5, n_test=2000)
     """
     key = V.check_key(key)
     n = V.check_int("n", n, low=1)
@@ -407,24 +318,14 @@ def first_layer(params: TwoLayerParams, X: Float[Array, "... d"]) -> Float[Array
 
 
 def predict(params: TwoLayerParams, X: Float[Array, "... d"]) -> Float[Array, "..."]:
-    """``h(x) = (x^T B)_+ w`` for every row of ``X`` (any leading batch shape).
-
-    Example::
-
-        predict(TwoLayerParams(B, w), X)   # (N,)
-    """
+    """``h(x) = (x^T B)_+ w`` for every row of ``X``."""
     return jnp.matmul(first_layer(params, X), params.w, precision=HIGHEST)
 
 
 def da_erm_loss(params: TwoLayerParams, X: Float[Array, "n d"], y: Float[Array, " n"],
                 X_aug: Float[Array, "alpha n d"]) -> Array:
-    """DA-ERM objective (Eq. ``eq:plain_erm``, square loss ``l = (h - y)^2 / 2``), averaged.
-
-    ``1/(2(1+alpha)N) [sum_i (h(x_i) - y_i)^2 + sum_{i,j} (h(x_{i,j}) - y_i)^2]``.
-
-    Example::
-
-        da_erm_loss(params, X, y, X_aug)   # scalar
+    """DA-ERM objective (Eq. (4.3), square loss), averaged over the
+    originals and augmentations.
     """
     r0 = predict(params, X) - y
     ra = predict(params, X_aug) - y[None]
@@ -434,9 +335,8 @@ def da_erm_loss(params: TwoLayerParams, X: Float[Array, "n d"], y: Float[Array, 
 
 def consistency_penalty(params: TwoLayerParams, X: Float[Array, "n d"],
                         X_aug: Float[Array, "alpha n d"]) -> Array:
-    """DAC regulariser on the first layer (Eq. ``eq:dac_soft``, ``rho`` = squared l2), averaged.
-
-    ``1/(alpha N) sum_{i,j} ||(x_{i,j}^T B)_+ - (x_i^T B)_+||_2^2``.
+    """DAC penalty ``1/(alpha N) sum ||phi(x_{i,j}) - phi(x_i)||^2`` on the
+    first layer (Eq. (4.1)).
     """
     diff = first_layer(params, X_aug) - first_layer(params, X)[None]
     return jnp.sum(diff * diff) / (X_aug.shape[0] * X.shape[0])
@@ -444,32 +344,16 @@ def consistency_penalty(params: TwoLayerParams, X: Float[Array, "n d"],
 
 def dac_loss(params: TwoLayerParams, X: Float[Array, "n d"], y: Float[Array, " n"],
              X_aug: Float[Array, "alpha n d"], lam=0.0) -> Array:
-    """Soft DAC objective (Eq. ``eq:dac_soft``), averaged.
-
-    ``1/(2N) sum_i (h(x_i) - y_i)^2 + lam/(alpha N) sum_{i,j} ||phi(x_{i,j}) - phi(x_i)||^2``
-    with ``phi(x) = (x^T B)_+``. With ``lam = 0`` it is ERM on the originals; the hard DAC
-    estimator (Eq. ``eq:dac_hard``) minimises the ``lam = 0`` objective over ``B = P_null B``.
-
-    Example::
-
-        dac_loss(params, X, y, X_aug, lam=1.0)
+    """Soft DAC objective (Eq. (4.1)): the square loss on the originals plus
+    ``lam`` times :func:`consistency_penalty` (``lam = 0``: ERM on the originals).
     """
     r = predict(params, X) - y
     return jnp.sum(r * r) / (2 * X.shape[0]) + lam * consistency_penalty(params, X, X_aug)
 
 
 def excess_risk(params: TwoLayerParams, X: Float[Array, "n d"], f_X: Float[Array, " n"]) -> Array:
-    """``L(h) - L(h*) = 1/n ||h(X) - h*(X)||_2^2`` (Thm ``thm:case_2layer_relu_risk``).
-
-    On the training inputs this is the thesis' fixed-design excess risk; on fresh test
-    inputs it estimates the population excess risk ``E_x (h(x) - h*(x))^2``.
-
-    Args:
-      params: the model.  X: ``(n, d)`` inputs.  f_X: ``(n,)`` noiseless ``h*(X)``.
-
-    Example::
-
-        excess_risk(fit.params, data.X_test, data.f_test)
+    """``1/n ||h(X) - h*(X)||^2`` (Theorem B.2; fixed-design on
+    the training inputs, population on fresh inputs).
     """
     r = predict(params, X) - f_X
     return jnp.mean(r * r)
@@ -480,28 +364,14 @@ def excess_risk(params: TwoLayerParams, X: Float[Array, "n d"], f_X: Float[Array
 # ======================================================================================
 def augmentation_subspace(X: Float[Array, "n d"], X_aug: Float[Array, "alpha n d"], *,
                           rtol: float | None = None) -> AugmentationSubspace:
-    """Projectors onto ``null(Delta)`` and ``range(Delta^T)``, ``Delta = A(X) - M X``.
-
-    ``Delta`` (``alpha N x d``) stacks ``x_{i,j} - x_i``; with its thin SVD
-    ``Delta = U S V^T`` and the numerical rank ``r = #{s_k > cut-off}``,
-    ``P_range = V_r V_r^T`` (``= Delta^+ Delta``, App. ``apx:pf_case_2layer_relu``) and
-    ``P_null = I - P_range``. ``rank`` is the empirical augmentation strength ``d_aug``
-    (``d_aug = rank(Delta)``). Jittable and vmappable (the rank is a mask, not a shape).
-    The cut-off is ``rtol * max(s_1, ||M X||_F)`` (``||M X||_F = sqrt(alpha) ||X||_F``):
-    perturbations at the rounding level of the data count as none.
+    """Projectors onto ``null(Delta)`` and ``range(Delta^T)`` from the SVD
+    of ``Delta``; singular values below ``rtol * max(s_1, ||M X||_F)`` count as zero.
 
     Args:
-      X: ``(N, d)``.  X_aug: ``(alpha, N, d)``.
-      rtol: relative singular-value cut-off (default ``max(alpha N, d) * eps``).
+      X: ``(N, d)``. X_aug: ``(alpha, N, d)``. rtol: default ``max(alpha N, d) eps``.
 
     Returns:
-      :class:`AugmentationSubspace` ``(P_null, P_range, rank)``.
-
-    Example::
-
-        sub = augmentation_subspace(X, X_aug)
-        sub.rank                       # d_aug
-        jnp.abs(X_aug[0] @ sub.P_null - X @ sub.P_null).max()   # ~ 0
+      :class:`AugmentationSubspace` (jittable; the rank is a mask).
     """
     X, X_aug = _check_xy(X, None, X_aug)
     return _subspace(X, X_aug, None if rtol is None else float(rtol))
@@ -525,24 +395,13 @@ def _subspace(X, X_aug, rtol=None) -> AugmentationSubspace:
 
 
 def c_null(X: Float[Array, "n d"], P_null: Float[Array, "d d"]) -> Array:
-    """``C_null = sqrt(1/N sum_i ||P_null x_i||^2)`` (Thm ``thm:case_2layer_relu_risk``).
-
-    Cor. ``coro:two_layer_daug_bound``: ``C_null <~ sqrt(d - d_aug)``.
-    """
+    """``C_null = sqrt(1/N sum ||P_null x_i||^2)`` (Theorem B.2)."""
     Z = jnp.matmul(X, P_null, precision=HIGHEST)
     return jnp.sqrt(jnp.mean(jnp.sum(Z * Z, axis=1)))
 
 
 def project_l1_ball(v: Float[Array, " q"], radius) -> Float[Array, " q"]:
-    """Euclidean projection onto ``{w : ||w||_1 <= radius}`` (sort-based, Duchi et al. 2008).
-
-    ``w = sign(v) (|v| - theta)_+`` with ``theta >= 0`` the smallest value giving
-    ``||w||_1 <= radius`` (``theta = 0`` when ``v`` is already inside). Jittable.
-
-    Example::
-
-        project_l1_ball(jnp.array([3., -1., 0.5]), 2.0)   # [2., 0., 0.]
-    """
+    """Euclidean projection onto ``{w : ||w||_1 <= radius}`` (Duchi et al. 2008)."""
     a = jnp.abs(v)
     u = jnp.sort(a)[::-1]
     css = jnp.cumsum(u)
@@ -556,16 +415,8 @@ def project_l1_ball(v: Float[Array, " q"], radius) -> Float[Array, " q"]:
 
 def project_params(params: TwoLayerParams, *, P_null: Float[Array, "d d"] | None = None,
                    c_w=None) -> TwoLayerParams:
-    """Project onto the thesis' class ``H`` (and, with ``P_null``, the hard DAC set).
-
-    ``b_k <- P_null b_k / ||P_null b_k||`` (unit columns in ``null(Delta)``; without
-    ``P_null``: ``b_k / ||b_k||``) and ``w <- Proj_{||w||_1 <= c_w}(w)`` when ``c_w`` is given.
-    A column with ``P_null b_k = 0`` (e.g. ``rank(Delta) = d``: no feasible unit vector)
-    becomes NaN -- an infeasible constraint is never silent.
-
-    Example::
-
-        p = project_params(p, P_null=sub.P_null, c_w=2.0)
+    """Project onto the class ``H``: unit columns (in ``null(Delta)`` with
+    ``P_null``, the hard DAC set) and ``||w||_1 <= c_w``. An infeasible column becomes NaN.
     """
     B = params.B
     if P_null is not None:
@@ -577,16 +428,8 @@ def project_params(params: TwoLayerParams, *, P_null: Float[Array, "d d"] | None
 
 def init_params(key, d: int, width: int, *, P_null: Float[Array, "d d"] | None = None,
                 c_w=None, dtype=None) -> TwoLayerParams:
-    """Random feasible start: ``b_k ~ N(0, I_d)`` projected by :func:`project_params`,
-    ``w ~ N(0, 1/width)`` (then into the l1 ball when ``c_w`` is given).
-
-    Args:
-      key: PRNG key.  d: input dimension.  width: hidden units ``>= 1`` (static ints).
-      P_null: optional projector (hard DAC).  c_w: optional l1 radius.  dtype: float dtype.
-
-    Example::
-
-        p0 = init_params(jax.random.key(0), 30, 8)
+    """Random feasible start: Gaussian columns projected by :func:`project_params`,
+    ``w ~ N(0, 1/width)``.
     """
     key = V.check_key(key)
     d = V.check_int("d", d, low=1)
@@ -610,25 +453,13 @@ def _init(key, d, width, P_null, c_w, dt) -> TwoLayerParams:
 # ======================================================================================
 def make_train_step(optimizer: optax.GradientTransformation, method: str, *, lam=None,
                     c_w=None):
-    """A pure (projected) optimizer step for DA-ERM or DAC.
-
-    Returns ``step(params, opt_state, X, y, X_aug, P_null) -> (params, opt_state, loss)``:
-    one gradient of the objective, an ``optimizer`` update, then :func:`project_params`
-    (unit columns, ``||w||_1 <= c_w``, and ``B <- P_null B`` for hard DAC). ``loss`` is the
-    objective before the step. The returned function closes over nothing mutable and can be
-    ``jax.jit``-ed / ``jax.vmap``-ed by the caller.
+    """A pure projected step ``step(params, opt_state, X, y, X_aug, P_null) ->
+    (params, opt_state, loss)`` of DA-ERM or DAC.
 
     Args:
-      optimizer: an optax transformation (e.g. ``optax.adam(1e-2)``).
-      method: ``"da_erm"`` (Eq. ``eq:plain_erm``) or ``"dac"``.
-      lam: DAC only. ``None``: hard constraint (Eq. ``eq:dac_hard``, needs ``P_null``);
-        a number ``>= 0``: soft penalty (Eq. ``eq:dac_soft``, ``P_null`` ignored).
+      optimizer: an optax transformation. method: ``"da_erm"`` or ``"dac"``.
+      lam: DAC only: ``None`` (hard constraint, needs ``P_null``) or a number ``>= 0``.
       c_w: l1 radius of ``w`` (``None``: unconstrained).
-
-    Example::
-
-        step = jax.jit(make_train_step(optax.adam(1e-2), "dac"))
-        params, state, loss = step(params, optimizer.init(params), X, y, X_aug, sub.P_null)
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}; got {method!r}")
@@ -732,35 +563,19 @@ def fit_da_erm(key, X: Float[Array, "n d"], y: Float[Array, " n"],
                X_aug: Float[Array, "alpha n d"], *, width: int = 8, steps: int = 2000,
                learning_rate: float = 1e-2, c_w: float | None = None,
                optimizer: optax.GradientTransformation | None = None) -> FitResult:
-    """Train ``h(x) = (x^T B)_+ w`` by DA-ERM (Eq. ``eq:plain_erm``).
-
-    Full-batch projected training of
-    ``1/(2(1+alpha)N) sum_{i, j=0..alpha} (h(x_{i,j}) - y_i)^2`` over unit-column ``B`` and
-    ``||w||_1 <= c_w``: ``steps`` optimizer steps (default Adam with a cosine-decayed step size
-    from ``learning_rate``), each followed by :func:`project_params`, in one ``lax.scan``
-    under ``jit``. Pure in its arguments: ``jax.vmap`` over ``key`` (and data) trains seeds in
-    parallel.
+    """Train ``h`` by DA-ERM (Eq. (4.3)): full-batch projected steps in one
+    ``lax.scan`` (vmap over ``key`` for seeds).
 
     Args:
-      key: PRNG key (initialisation).
-      X: ``(N, d)``; y: ``(N,)``; X_aug: ``(alpha, N, d)``, ``alpha >= 1``.
-      width: hidden units ``q >= 1`` (static).  steps: optimizer steps (static).
-      learning_rate: peak step size of the default optimizer.
-      c_w: l1 radius of ``w`` (the thesis' ``C_w``); ``None``: unconstrained.
-      optimizer: optional optax transformation replacing the default (static: reuse the same
-        object to avoid recompiling).
+      key: PRNG key. X: ``(N, d)``; y: ``(N,)``; X_aug: ``(alpha, N, d)``.
+      width, steps: static ints. learning_rate: peak step of the default cosine Adam.
+      c_w: l1 radius of ``w``. optimizer: optional optax transformation (static).
 
     Returns:
-      :class:`FitResult` ``(params, losses)``.
+      :class:`FitResult`.
 
     Raises:
-      ValueError/TypeError: bad shapes (``X_aug`` not ``(alpha, N, d)`` or not matching ``X``,
-        ``alpha = 0``), ``width < 1``, non-finite data, bad ``c_w``/``learning_rate``.
-
-    Example::
-
-        res = fit_da_erm(jax.random.key(1), X, y, X_aug, width=8, c_w=2.0)
-        excess_risk(res.params, X_test, f_test)
+      ValueError / TypeError: bad shapes, ``width < 1``, non-finite data, bad ``c_w`` or rate.
     """
     return _fit_checked(key, X, y, X_aug, _FitSpec("da_erm", None, width, steps,
                                                    learning_rate, c_w, optimizer))
@@ -770,36 +585,19 @@ def fit_dac(key, X: Float[Array, "n d"], y: Float[Array, " n"],
             X_aug: Float[Array, "alpha n d"], lam=None, *, width: int = 8, steps: int = 2000,
             learning_rate: float = 1e-2, c_w: float | None = None,
             optimizer: optax.GradientTransformation | None = None) -> FitResult:
-    """Train ``h(x) = (x^T B)_+ w`` with DAC on the first layer.
-
-    * ``lam=None`` (default, the estimator of Thm ``thm:case_2layer_relu_risk``): minimise
-      ``1/(2N) sum_i (h(x_i) - y_i)^2`` subject to ``(x_{i,j}^T B)_+ = (x_i^T B)_+``
-      (Eq. ``eq:dac_hard``), enforced as ``B = P_null B`` (``P_null`` from
-      :func:`augmentation_subspace`; equivalent w.h.p. by Lemma
-      ``lemma:2layer-relu-input-consistency-exclude-spurious``) by projection after every step;
-    * ``lam >= 0``: the soft objective of :func:`dac_loss` (Eq. ``eq:dac_soft``).
-
-    Both keep unit columns and ``||w||_1 <= c_w``; training as in :func:`fit_da_erm`.
+    """Train ``h`` with DAC on the first layer: the hard constraint ``B = P_null B``
+    (``lam=None``, the estimator of Theorem B.2) or the soft penalty.
 
     Args:
-      key: PRNG key (initialisation).
-      X: ``(N, d)``; y: ``(N,)``; X_aug: ``(alpha, N, d)``, ``alpha >= 1``.
-      lam: ``None`` (hard constraint) or a finite number ``>= 0``.
-      width, steps, learning_rate, c_w, optimizer: as in :func:`fit_da_erm`.
+      key, X, y, X_aug, width, steps, learning_rate, c_w, optimizer: as :func:`fit_da_erm`.
+      lam: ``None`` or a finite number ``>= 0``.
 
     Returns:
-      :class:`FitResult` ``(params, losses)``; ``losses`` is the DAC objective.
+      :class:`FitResult` (``losses``: the DAC objective).
 
     Raises:
-      ValueError/TypeError: as :func:`fit_da_erm`, plus ``lam < 0`` (or non-finite), and, for
-      the hard constraint with concrete data, ``rank(Delta) = d`` (no feasible first layer;
-      under an outer ``jit``/``vmap`` that case gives NaN parameters instead).
-
-    Example::
-
-        res = fit_dac(jax.random.key(1), X, y, X_aug, width=8, c_w=2.0)
-        sub = augmentation_subspace(X, X_aug)
-        jnp.abs(sub.P_range @ res.params.B).max()      # ~ 0: invariant first layer
+      ValueError / TypeError: as :func:`fit_da_erm`, ``lam < 0``, and ``rank(Delta) = d`` for
+      the hard constraint (under an outer jit: NaN parameters).
     """
     return _fit_checked(key, X, y, X_aug, _FitSpec("dac", lam, width, steps, learning_rate,
                                                    c_w, optimizer))

@@ -1,16 +1,6 @@
-"""Flax NNX models and their registry.
-
-Ch. 4: :class:`~rdr_jax.models.wide_resnet.WideResNet` (WRN-28-2) and the small CPU classifier
-:class:`~rdr_jax.models.small_cnn.SmallCNN`; Ch. 5: :class:`~rdr_jax.models.unet.UNetResNet34`,
-:class:`~rdr_jax.models.transunet.TransUNet` and the tiny CPU segmenter
-:class:`~rdr_jax.models.tiny_segnet.TinySegNet`. :func:`build_model` builds any of them from a
-spec (a dict or ``ConfigDict`` with ``name``, ``num_classes`` and the constructor's keyword
-arguments); the model modules are imported only when built.
-
-Example:
-    >>> m = build_model({"name": "small_cnn", "num_classes": 10, "in_channels": 1}, seed=0)
-    >>> type(m).__name__
-    'SmallCNN'
+"""Flax NNX models and their registry: WideResNet and SmallCNN (Ch. 4), UNetResNet34,
+TransUNet and TinySegNet (Ch. 5); :func:`build_model` builds any of them from a spec,
+importing the model module only then.
 """
 
 from __future__ import annotations
@@ -53,21 +43,12 @@ def _resolve(name: str) -> Callable:
 
 
 def build_model(spec: Mapping[str, Any], *, seed: int = 0, rngs: Optional[Any] = None) -> Any:
-    """The model a spec names: ``MODELS[spec["name"]](spec["num_classes"], rngs=rngs,
-    **rest)``.
-
-    ``small: true`` builds the class's CPU-sized variant (``Class.small(num_classes, ...)``,
-    UNet and TransUNet); ``rngs`` defaults to ``nnx.Rngs(seed)``. Every model takes Flax's
-    ``dtype`` (computation, e.g. ``jnp.bfloat16``; default: inferred from inputs and
-    parameters) and ``param_dtype`` (default float32) in the spec; the outputs that feed
-    losses (logits, encoder features) come back in at least float32.
+    """The model a spec names: ``MODELS[spec["name"]](spec["num_classes"],
+    rngs=rngs, **rest)``; ``small: true`` builds the CPU-sized variant, ``rngs`` defaults to
+    ``nnx.Rngs(seed)``.
 
     Raises:
         ValueError: unknown name, or no ``num_classes``.
-
-    Example:
-        >>> build_model({"name": "tiny", "num_classes": 3, "width": 4}).depth
-        2
     """
     cfg = dict(spec.to_dict() if hasattr(spec, "to_dict") else spec)
     if "name" not in cfg:

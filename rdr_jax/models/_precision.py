@@ -1,11 +1,5 @@
-"""Precision helpers shared by the models (Flax's ``dtype`` / ``param_dtype`` convention).
-
-``dtype`` is the computation dtype handed to every Flax layer (``None``: inferred from the
-inputs and parameters, Flax's default); ``param_dtype`` the dtype parameters are created and
-stored in. Whatever the computation dtype, BatchNorm running statistics are kept in at least
-float32, and the outputs that feed losses (logits, consistency features) are returned in at
-least float32, so that softmax, cross-entropy, dice and feature distances never run in
-half precision.
+"""Precision helpers shared by the models: BatchNorm statistics and the outputs that feed
+losses stay in at least float32, whatever the computation dtype.
 """
 
 from __future__ import annotations
@@ -51,9 +45,9 @@ def at_least_float32(x: jax.Array) -> jax.Array:
 
 
 def keep_stats_precise(bn: nnx.BatchNorm, param_dtype: Any) -> nnx.BatchNorm:
-    """Store ``bn``'s running statistics in ``promote_types(param_dtype, float32)``: float32
-    for half-precision parameters (Flax's own choice), float64 for a float64 model (Flax
-    always creates them in float32, which would cost it its precision in evaluation mode)."""
+    """Store ``bn``'s running statistics in ``promote_types(param_dtype,
+    float32)`` (Flax creates them in float32, which would cost a float64 model precision).
+    """
     dt = jnp.promote_types(param_dtype, jnp.float32)
     bn.mean = nnx.BatchStat(jnp.zeros(bn.mean.shape, dt))
     bn.var = nnx.BatchStat(jnp.ones(bn.var.shape, dt))

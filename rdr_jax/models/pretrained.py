@@ -1,51 +1,10 @@
-"""Loaders for the ImageNet-pretrained encoders of the Chapter 5 segmentation models.
+"""Loaders for the ImageNet-pretrained encoders of the Chapter 5 segmentation models (Section C.4): torchvision ResNet weights (exported once to ``.npz``) and the official
+``R50+ViT-B_16.npz`` of TransUNet, read from local files.
 
-Thesis App. ``app:imp`` / ``subsec:exp_unet`` (Chapter 5, ``ch:adawac``): TransUNet starts from
-the official ``R50+ViT-B_16.npz`` (ImageNet-21k) hybrid encoder, and the UNet's ResNet-34
-encoder from torchvision's ImageNet weights. Nothing is downloaded: both loaders read local
-files.
-
-**torchvision ResNet** (:func:`load_torchvision_resnet`). A ``.pth`` file is a torch pickle
-and torch is not a dependency, so export the state dict once to ``.npz`` where torch is
-installed::
-
-    python -c "import torch, numpy as np; sd = torch.load('resnet34-b627a593.pth', map_location='cpu'); np.savez('resnet34.npz', **{k: v.numpy() for k, v in sd.items()})"
-
-Keys are torchvision's (``conv1.weight``, ``bn1.running_mean``, ``layer1.0.conv1.weight``,
-``layer2.0.downsample.0.weight``, ``layer2.0.downsample.1.bias``, ``fc.weight``, ...).
-Transpositions: convolution ``weight`` ``(O, I, kh, kw)`` -> ``kernel`` ``(kh, kw, I, O)``
-(OIHW -> HWIO); linear ``fc.weight`` ``(out, in)`` -> ``kernel`` ``(in, out)``; BatchNorm
-``weight, bias, running_mean, running_var`` -> ``scale, bias, mean, var`` unchanged.
-``num_batches_tracked`` is ignored, and so is ``fc.*`` when the model has no classifier.
-
-**R50+ViT-B/16** (:func:`load_r50_vit_b16`) reads the official npz (a JAX/Flax export, so
-convolution kernels are already HWIO and dense kernels ``(in, out)``: no transposition). Keys
-(``{i}`` = encoder block, ``{s}``/``{u}`` = R50 stage/unit, 1-based)::
-
-    embedding/kernel (1, 1, 1024, D), embedding/bias (D,)
-    Transformer/posembed_input/pos_embedding (1, N0, D)
-    Transformer/encoder_norm/{scale,bias}
-    Transformer/encoderblock_{i}/LayerNorm_0/{scale,bias}          -> attention_norm
-    Transformer/encoderblock_{i}/LayerNorm_2/{scale,bias}          -> ffn_norm
-    Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/{query,key,value}/kernel
-        (D, heads, D/heads) or (D, D); .../bias (heads, D/heads) or (D,)  -> reshaped (D, D)/(D,)
-    Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/out/kernel
-        (heads, D/heads, D) or (D, D); .../out/bias (D,)
-    Transformer/encoderblock_{i}/MlpBlock_3/Dense_{0,1}/{kernel,bias}
-    conv_root/kernel (7, 7, 3, w); gn_root/{scale,bias}
-    block{s}/unit{u}/conv{1,2,3}/kernel; block{s}/unit{u}/gn{1,2,3}/{scale,bias}
-    block{s}/unit{u}/conv_proj/kernel; block{s}/unit{u}/gn_proj/{scale,bias}  (first units)
-
-GroupNorm scales/biases may have any shape with ``C`` entries (the reference flattens them).
-The position embeddings are resized as TransUNet does: a table of the model's size is copied;
-one with exactly one extra (class) token drops it; otherwise the class token (present when
-``N0`` is not a perfect square) is dropped and the ``g0 x g0`` grid is zoomed to the model's
-``g x g`` grid by ``scipy.ndimage.zoom(order=1)`` (bilinear), factor ``g / g0``. The decoder
-and segmentation head keep their random initialisation.
-
-Both loaders validate every key before changing anything (a failed load leaves the model
-untouched); a missing key raises ``KeyError`` naming it, a wrong shape raises ``ValueError``
-naming the key, the expected and the found shapes.
+Every key is validated before anything changes (a failed load leaves the model untouched); a
+missing key raises ``KeyError``, a wrong shape ``ValueError``, naming the key. Why: the
+thesis' models start from these weights. Key layouts and transpositions:
+``docs/training.md`` ("Pretrained weights").
 """
 
 from __future__ import annotations
@@ -80,10 +39,8 @@ class LoadResult(NamedTuple):
 
 
 def read_npz(source: Any, name: str = "source") -> dict[str, np.ndarray]:
-    """Read ``source`` (a path to an ``.npz`` file, or a mapping key -> array) into a dict.
-
-    A ``.pth``/``.pt`` path raises ``ValueError`` with the export command (torch pickles are
-    not read without torch).
+    """Read ``source`` (an ``.npz`` path or a mapping) into a dict; a ``.pth`` path
+    raises ``ValueError`` with the export command.
     """
     if isinstance(source, Mapping):
         return {str(k): np.asarray(v) for k, v in source.items()}
@@ -119,9 +76,7 @@ class _Plan:
             transform: Callable[[np.ndarray], np.ndarray] | None = None,
             source_shape: tuple[int, ...] | None = None,
             alt_shapes: tuple[tuple[int, ...], ...] = (), flatten_ok: bool = False) -> None:
-        """Assign ``transform(file[key])`` to ``var``; the file array must have
-        ``source_shape`` (default: the variable's shape) or one of ``alt_shapes`` (then
-        reshaped), or any shape of the same size when ``flatten_ok``."""
+        """Queue ``var <- transform(file[key])`` after checking the file shape."""
         arr = self.get(key)
         target = tuple(var.shape)
         expected = tuple(source_shape) if source_shape is not None else target
@@ -169,35 +124,20 @@ def _bn(plan: _Plan, bn: nnx.BatchNorm, prefix: str) -> None:
 
 def load_torchvision_resnet(model: Any, source: Any, *, strict: bool = True) -> LoadResult:
     """Copy a torchvision ResNet state dict (``.npz`` export) into a
-    :class:`~rdr_jax.models.resnet.ResNet` or into the ``encoder`` of a
-    :class:`~rdr_jax.models.unet.UNetResNet34`, in place.
-
-    ``kernel = transpose(weight, (2, 3, 1, 0))`` for convolutions (OIHW -> HWIO),
-    ``kernel = weight.T`` for ``fc`` (``(out, in)`` -> ``(in, out)``), BatchNorm
-    ``(weight, bias, running_mean, running_var) -> (scale, bias, mean, var)``.
+    :class:`~rdr_jax.models.resnet.ResNet` or the ``encoder`` of a
+    :class:`~rdr_jax.models.unet.UNetResNet34`, in place (OIHW -> HWIO).
 
     Args:
-        model: a ``ResNet`` (e.g. ``resnet34(rngs=...)``) or a module whose ``encoder``
-            attribute is one (``UNetResNet34``).
-        source: path to the ``.npz`` (see :data:`TORCH_EXPORT_COMMAND`) or a mapping
-            ``key -> array`` with torchvision's key names.
-        strict: raise ``ValueError`` when the file holds keys that the model does not use
-            (other than ``*.num_batches_tracked`` and, for a model without classifier,
-            ``fc.*``).
+        model: a ``ResNet`` or a module whose ``encoder`` is one.
+        source: ``.npz`` path (:data:`TORCH_EXPORT_COMMAND`) or a mapping with torchvision's keys.
+        strict: raise on keys the model does not use.
 
     Returns:
-        :class:`LoadResult` with the file keys loaded and those left unused.
+        :class:`LoadResult` (keys loaded and left unused).
 
     Raises:
-        KeyError: a key the model needs is missing (the message names it).
-        ValueError: a key has the wrong shape (named with expected/found shapes); unexpected
-            keys under ``strict``; a ``.pth`` path (with the export command).
-
-    Example:
-        >>> from flax import nnx
-        >>> from rdr_jax.models import unet
-        >>> model = unet.UNetResNet34(9, rngs=nnx.Rngs(0))
-        >>> load_torchvision_resnet(model, "resnet34.npz")   # doctest: +SKIP
+        KeyError: a needed key is missing. ValueError: a wrong shape, unexpected keys under
+        ``strict``, or a ``.pth`` path.
     """
     net = model.encoder if (not isinstance(model, ResNet)
                             and isinstance(getattr(model, "encoder", None), ResNet)) else model
@@ -237,15 +177,8 @@ def load_torchvision_resnet(model: Any, source: Any, *, strict: bool = True) -> 
 
 
 def resize_pos_embedding(posemb: np.ndarray, n_tokens: int) -> np.ndarray:
-    """TransUNet's position-embedding adaptation ``(1, N0, D) -> (1, n_tokens, D)``.
-
-    Same size: unchanged. ``N0 = n_tokens + 1``: drop the class token. Otherwise drop the
-    class token if ``N0`` is not a square, and zoom the ``g0 x g0 x D`` grid bilinearly
-    (``scipy.ndimage.zoom``, ``order=1``) by ``g / g0`` to ``g = sqrt(n_tokens)``.
-
-    Example:
-        >>> resize_pos_embedding(np.zeros((1, 197, 8)), 16).shape
-        (1, 16, 8)
+    """TransUNet's position-embedding adaptation ``(1, N0, D) ->
+    (1, n_tokens, D)``: drop a class token, zoom the grid bilinearly.
     """
     posemb = np.asarray(posemb)
     if posemb.ndim != 3 or posemb.shape[0] != 1:
@@ -266,32 +199,18 @@ def resize_pos_embedding(posemb: np.ndarray, n_tokens: int) -> np.ndarray:
 
 
 def load_r50_vit_b16(model: TransUNet, source: Any) -> LoadResult:
-    """Copy the official ``R50+ViT-B_16.npz`` hybrid encoder into a
-    :class:`~rdr_jax.models.transunet.TransUNet`, in place (R50 root and units, patch
-    embedding, position embeddings (resized, see :func:`resize_pos_embedding`), the
-    transformer blocks and ``encoder_norm``).
-
-    The file is in JAX layout, so kernels are copied as they are (HWIO, ``(in, out)``);
-    attention kernels ``(D, heads, D/heads)`` / ``(heads, D/heads, D)`` and biases
-    ``(heads, D/heads)`` are reshaped to ``(D, D)`` / ``(D,)``. See the module docstring for
-    the key names.
+    """Copy the official ``R50+ViT-B_16.npz`` hybrid encoder (R50, patch and
+    position embeddings, transformer, ``encoder_norm``) into a
+    :class:`~rdr_jax.models.transunet.TransUNet`, in place.
 
     Args:
-        model: the :class:`~rdr_jax.models.transunet.TransUNet` (any
-            ``resnet_units``/``num_layers``; shapes must match).
-        source: path to the ``.npz`` or a mapping with the official key names.
+        model: the TransUNet (shapes must match). source: ``.npz`` path or a mapping.
 
     Returns:
-        :class:`LoadResult` (unused keys: e.g. ``head/*``, ``cls``, ``pre_logits/*``).
+        :class:`LoadResult`.
 
     Raises:
-        KeyError: a needed key is missing (named). ValueError: a key has the wrong shape
-        (named, with expected and found shapes).
-
-    Example:
-        >>> from flax import nnx
-        >>> model = TransUNet(9, rngs=nnx.Rngs(0))
-        >>> load_r50_vit_b16(model, "R50+ViT-B_16.npz")   # doctest: +SKIP
+        KeyError: a needed key is missing. ValueError: a wrong shape.
     """
     if not isinstance(model, TransUNet):
         raise TypeError(f"model must be a TransUNet; got {type(model).__name__}")

@@ -1,38 +1,8 @@
-"""torchvision-faithful ResNet backbones (ResNet-34 basic blocks, ResNet-50 bottlenecks) in
-Flax NNX, NHWC.
+"""torchvision-faithful ResNet backbones (ResNet-34, ResNet-50) in Flax NNX, NHWC.
 
-Thesis App. ``subsec:exp_unet``: the UNet of Chapter 5 (``ch:adawac``) uses "a UNet with a
-ResNet-34 encoder initialized with ImageNet pre-trained weights" through
-segmentation_models_pytorch, whose ResNet encoders are torchvision's ``ResNet`` without the
-average pool and the classifier. This module re-implements torchvision's network layer for
-layer (written from its description, no code copied) so that parameter names, shapes, counts
-and the forward pass agree, and torchvision ImageNet weights load one-to-one
-(:func:`rdr_jax.models.pretrained.load_torchvision_resnet`):
-
-* stem ``conv1`` 7x7 stride 2 padding 3 (no bias) - ``bn1`` - ReLU - ``maxpool`` 3x3 stride 2
-  padding 1 (padding by ``-inf``), then four stages ``layer1..layer4`` with ``widths``
-  ``(64, 128, 256, 512)`` channels and strides ``1, 2, 2, 2``;
-* ``BasicBlock`` (ResNet-18/34): ``y = relu(bn2(conv2(relu(bn1(conv1(x))))) + sc(x))`` with 3x3
-  convolutions, ``conv1`` carrying the stride, expansion 1;
-* ``Bottleneck`` (ResNet-50/101/152, torchvision "v1.5": the stride sits on the 3x3 ``conv2``):
-  ``1x1 (w) - 3x3 (w, stride) - 1x1 (4 w)``, expansion 4;
-* shortcut ``sc`` = identity, or ``downsample = [1x1 conv (stride), BatchNorm]`` when the
-  stride is not 1 or the channel count changes (torchvision ``downsample.0/.1``);
-* all convolutions without bias and with PyTorch's symmetric padding (a stride-2 3x3
-  convolution pads one row/column on *both* sides, unlike Flax ``'SAME'``);
-* initialisation as torchvision: convolutions ``kaiming_normal_(mode='fan_out',
-  nonlinearity='relu')`` i.e. ``W ~ N(0, 2 / (k_h k_w C_out))``, BatchNorm scale 1 / bias 0,
-  ``fc`` PyTorch's default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` for weight and bias;
-* BatchNorm ``eps = 1e-5``, PyTorch ``momentum = 0.1`` (Flax ``momentum = 0.9``). One
-  documented difference: Flax updates ``running_var`` with the biased batch variance, PyTorch
-  with the unbiased one (a factor ``N / (N - 1)``, ``N = B H W``).
-
-Parameter counts (trainable parameters, BatchNorm running statistics excluded): ResNet-34
-without ``fc`` 21,284,672 (torchvision's 21,797,672 minus the 513,000 of ``fc``), ResNet-50
-without ``fc`` 23,508,032 (25,557,032 minus 2,049,000).
-
-Train/eval mode follows NNX: ``model.train()`` (batch statistics, running ones updated),
-``model.eval()`` (running statistics).
+The UNet of Chapter 5 uses a ResNet-34 encoder with ImageNet weights (Section C.5.1); parameter names, shapes, initialisation and the forward pass follow
+torchvision so its weights load one-to-one. Why: the thesis' encoder without torch. Layer
+details and parameter counts: ``docs/training.md`` ("Models").
 """
 
 from __future__ import annotations
@@ -89,13 +59,8 @@ def conv2d(cin: int, cout: int, k: int, stride: int = 1, *, padding: int | None 
 
 def batch_norm(c: int, *, dtype: Optional[Any] = None, param_dtype: Any = jnp.float32,
                rngs: nnx.Rngs) -> nnx.BatchNorm:
-    """PyTorch ``BatchNorm2d(c)`` defaults: eps 1e-5, momentum 0.1 (Flax 0.9), scale 1, bias 0.
-
-    Computes in ``dtype`` (``None``: inferred; batch statistics are always reduced in at least
-    float32 by Flax). The running statistics are kept in ``promote_types(param_dtype,
-    float32)``: float32 for half-precision parameters, float64 for a float64 model (Flax
-    always creates them in float32, which would cost a float64 model its precision in
-    evaluation mode).
+    """PyTorch ``BatchNorm2d`` defaults (eps 1e-5, momentum 0.1), running statistics
+    in at least float32.
     """
     bn = nnx.BatchNorm(c, momentum=0.9, epsilon=1e-5, use_fast_variance=False, dtype=dtype,
                        param_dtype=param_dtype, rngs=rngs)
@@ -133,13 +98,8 @@ def check_nhwc_input(x: Any, channels: int | tuple[int, ...], name: str = "x") -
 
 
 class BasicBlock(nnx.Module):
-    """torchvision ``BasicBlock``: ``relu(bn2(conv2(relu(bn1(conv1(x))))) + sc(x))``.
-
-    Args:
-        cin: input channels. planes: output channels (expansion 1). stride: stride of
-            ``conv1`` and of the ``downsample`` shortcut (present iff ``stride != 1`` or
-            ``cin != planes``). dtype: computation dtype (``None``: inferred). param_dtype:
-            parameter dtype. rngs: NNX random streams.
+    """torchvision ``BasicBlock``: ``relu(bn2(conv2(relu(bn1(conv1(x))))) + sc(x))``
+    (shortcut ``downsample`` iff ``stride != 1`` or ``cin != planes``).
     """
 
     expansion = 1
@@ -163,14 +123,7 @@ class BasicBlock(nnx.Module):
 
 
 class Bottleneck(nnx.Module):
-    """torchvision ``Bottleneck`` (v1.5, stride on the 3x3 ``conv2``), expansion 4:
-    ``relu(bn3(conv3(relu(bn2(conv2(relu(bn1(conv1(x)))))))) + sc(x))``.
-
-    Args:
-        cin: input channels. planes: bottleneck width (output ``4 * planes``). stride: stride
-            of ``conv2`` and of the shortcut. dtype, param_dtype, rngs: as for
-            :class:`BasicBlock`.
-    """
+    """torchvision ``Bottleneck`` (v1.5: stride on the 3x3 ``conv2``), expansion 4."""
 
     expansion = 4
 
@@ -200,32 +153,16 @@ _BLOCKS = {"basic": BasicBlock, "bottleneck": Bottleneck}
 
 
 class ResNet(nnx.Module):
-    """torchvision ``ResNet`` (NHWC), optionally without the classifier (a backbone).
+    """torchvision ``ResNet`` (NHWC), optionally without the classifier.
 
-    ``features(x)`` returns the five feature maps used by UNet-style encoders:
-    ``relu(bn1(conv1(x)))`` at ``H/2`` and the outputs of ``layer1..layer4`` at ``H/4, H/8,
-    H/16, H/32`` (channels ``widths[0]`` and ``e * widths``, ``e`` the block expansion).
-    ``__call__`` returns ``fc(mean_{h,w} layer4)`` when ``num_classes`` is set, else the
-    ``layer4`` map (either in at least float32; ``features`` stay in the computation dtype).
+    ``features(x)``: the five maps at ``H/2 .. H/32`` a UNet encoder uses; ``__call__``:
+    ``fc(mean layer4)`` or, without ``num_classes``, the ``layer4`` map.
 
     Args:
-        block: ``"basic"`` (ResNet-18/34) or ``"bottleneck"`` (ResNet-50/101/152).
-        depths: blocks per stage, e.g. ``(3, 4, 6, 3)`` for ResNet-34 and ResNet-50.
-        widths: stage widths (``planes``), default ``(64, 128, 256, 512)``; the stem has
-            ``widths[0]`` channels.
-        in_channels: input channels of ``conv1`` (3 for ImageNet weights).
-        num_classes: size of the ``fc`` classifier, or ``None`` for a backbone without it.
-        dtype: computation dtype of every layer, e.g. ``jnp.bfloat16`` (``None``: the input
-            is promoted to the parameter dtype, as before). BatchNorm running statistics stay
-            in at least float32.
-        param_dtype: parameter dtype (float32 default; float64 needs ``jax_enable_x64``).
-        rngs: NNX random streams (keyword-only).
-
-    Example:
-        >>> from flax import nnx
-        >>> net = resnet34(rngs=nnx.Rngs(0)); net.eval()
-        >>> [f.shape for f in net.features(jnp.zeros((1, 64, 64, 3)))]
-        [(1, 32, 32, 64), (1, 16, 16, 64), (1, 8, 8, 128), (1, 4, 4, 256), (1, 2, 2, 512)]
+        block: ``"basic"`` or ``"bottleneck"``. depths: blocks per stage.
+        widths: stage widths (``(64, 128, 256, 512)``). in_channels: of ``conv1``.
+        num_classes: ``fc`` size or None. dtype: computation dtype (None: inferred).
+        param_dtype: parameter dtype. rngs: NNX random streams.
     """
 
     def __init__(self, block: str, depths: Sequence[int],

@@ -1,11 +1,4 @@
-"""A small BatchNorm CNN classifier for tiny images (Ch. 4 digits demo, tests).
-
-Example:
-    >>> from flax import nnx
-    >>> m = SmallCNN(10, in_channels=1, rngs=nnx.Rngs(0))
-    >>> m(jnp.zeros((2, 8, 8, 1))).shape
-    (2, 10)
-"""
+"""A small BatchNorm CNN classifier for tiny images (the Ch. 4 digits demo, tests)."""
 
 from __future__ import annotations
 
@@ -22,26 +15,13 @@ __all__ = ["SmallCNN"]
 
 
 class SmallCNN(nnx.Module):
-    """A small BatchNorm CNN for tiny images (the digits demo, tests).
-
-    ``conv3x3(c -> w) - BN - ReLU - conv3x3(w -> 2w, stride 2) - BN - ReLU -
-    conv3x3(2w -> 2w) - BN - ReLU - global average pool`` (:meth:`features`, the
-    representation ``phi_h`` of ``sec:general``) then a linear head (``f_h``).
+    """Three conv-BN-ReLU layers (one stride 2), global average pool
+    (:meth:`features`, the representation ``phi_h`` of Section 4.3), a linear head.
 
     Args:
-        num_classes: number of logits (>= 2).
-        in_channels: input channels.
-        width: base width ``w``.
-        dtype: computation dtype of every layer (e.g. ``jnp.bfloat16``; ``None``: inferred
-            from the input and parameters, as Flax does). Features and logits are returned in
-            at least float32; BatchNorm statistics stay in at least float32.
-        param_dtype: dtype of the parameters (float32).
-        rngs: ``nnx.Rngs`` (keyword-only).
-
-    Example:
-        >>> m = SmallCNN(10, in_channels=1, rngs=nnx.Rngs(0))
-        >>> m(jnp.zeros((2, 8, 8, 1))).shape
-        (2, 10)
+        num_classes: >= 2. in_channels: input channels. width: base width.
+        dtype: computation dtype (None: inferred; outputs in at least float32).
+        param_dtype: parameter dtype. rngs: ``nnx.Rngs``.
     """
 
     def __init__(self, num_classes: int, *, in_channels: int = 1, width: int = 16,

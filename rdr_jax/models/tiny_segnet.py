@@ -1,11 +1,4 @@
-"""A tiny U-Net-style segmentation CNN (Ch. 5 CPU test model).
-
-Example:
-    >>> from flax import nnx
-    >>> logits, z = TinySegNet(3, rngs=nnx.Rngs(0))(jnp.zeros((2, 16, 16, 1)))
-    >>> logits.shape, z.shape
-    ((2, 16, 16, 3), (2, 4, 4, 16))
-"""
+"""A tiny U-Net-style segmentation CNN (the Ch. 5 CPU test model)."""
 
 from __future__ import annotations
 
@@ -22,39 +15,17 @@ __all__ = ["TinySegNet"]
 
 
 class TinySegNet(nnx.Module):
-    """A tiny U-Net-style CNN with the segmentation-model interface (CPU test model).
+    """A tiny U-Net-style CNN with the segmentation-model interface:
+    ``x (B, H, W, C) -> (logits (B, H, W, K), z)``, ``z`` the encoder output at ``H / 2^depth``.
 
-    ``x (B, H, W, C_in) -> (logits (B, H, W, K), z (B, H/2^D, W/2^D, c_D))`` with ``D =
-    depth`` and channels ``c_0 = w``, ``c_i = w 2^min(i, D-1)`` (``i >= 1``)::
-
-        e_0 = CBR_{c_0}(x);  e_i = CBR_{c_i}(stride-2 conv(e_{i-1}))  (i = 1..D),  z = e_D
-        d = z;  d = CBR_{c_{i-1}}(concat(up2(d), e_i))  (i = D-1..1)
-        logits = conv1x1(concat(up2(d), e_0))
-
-    (``CBR`` = 3x3 conv - BatchNorm - ReLU, ``up2`` nearest). ``z`` is the encoder output used
-    by the consistency term. ``depth = 2`` is the original two-level net (``z`` at ``H/4``
-    with ``2w`` channels); each extra level doubles the receptive field, which is what lets
-    the net tell an empty end-of-stack slice from an organ slice on 32 x 32 inputs. ``H`` and
-    ``W`` must be divisible by ``2^depth``.
+    Each of ``depth`` stride-2 levels doubles the receptive field (what lets it tell an empty
+    end-of-stack slice from an organ slice on 32 x 32 inputs); ``H``, ``W`` divisible by
+    ``2^depth``.
 
     Args:
-        num_classes: K >= 2.
-        in_channels: input channels.
-        width: base width ``w``.
-        depth: number of stride-2 levels ``D >= 1``.
-        dtype: computation dtype of every layer (e.g. ``jnp.bfloat16``; ``None``: inferred
-            from the input and parameters, as Flax does). ``logits`` and ``z`` are returned in
-            at least float32; BatchNorm statistics stay in at least float32.
-        param_dtype: dtype of the parameters (float32).
-        rngs: ``nnx.Rngs`` (keyword-only).
-
-    Example:
-        >>> m = TinySegNet(3, rngs=nnx.Rngs(0))
-        >>> logits, z = m(jnp.zeros((2, 16, 16, 1)))
-        >>> logits.shape, z.shape
-        ((2, 16, 16, 3), (2, 4, 4, 16))
-        >>> TinySegNet(3, depth=3, rngs=nnx.Rngs(0))(jnp.zeros((1, 16, 16, 1)))[1].shape
-        (1, 2, 2, 32)
+        num_classes: K >= 2. in_channels: input channels. width: base width. depth: levels >= 1.
+        dtype: computation dtype (None: inferred; outputs in at least float32).
+        param_dtype: parameter dtype. rngs: ``nnx.Rngs``.
     """
 
     def __init__(self, num_classes: int, *, in_channels: int = 1, width: int = 8,

@@ -1,60 +1,10 @@
 """TransUNet (R50 + ViT-B/16 hybrid encoder, cascaded upsampler) in Flax NNX, NHWC.
 
-Thesis Sec. ``sec:experiments_adawac`` and App. ``app:imp`` (Chapter 5, ``ch:adawac``): "we
-follow the official implementation of TransUNet" (Beckschen/TransUNet, ``vit_seg_modeling.py``
-and ``vit_seg_modeling_resnet_skip.py``, configuration ``R50-ViT-B_16``). This module
-re-implements that network layer for layer (written from its description, no code copied):
-
-**Hybrid CNN (``ResNetV2``, R50 with 3 stages).** ``root``: ``StdConv 7x7 / 2`` (padding 3,
-no bias) ``- GroupNorm(32, eps 1e-6) - ReLU`` at ``H/2`` (skip 3), then ``MaxPool 3x3 / 2``
-*without* padding, then stages ``block1..block3`` of ``resnet_units = (3, 4, 9)`` bottleneck
-units (``cmid = w, 2w, 4w``, ``cout = 4w, 8w, 16w``, ``w = width = 64``; strides 1, 2, 2).
-A unit is (despite its reference name ``PreActBottleneck``) post-activation::
-
-    y = relu(gn1(conv1(x)));  y = relu(gn2(conv2(y)));  y = gn3(conv3(y))
-    out = relu(y + gn_proj(conv_proj(x)))     # projection iff stride != 1 or cin != cout
-
-with ``conv1``/``conv3`` 1x1, ``conv2`` 3x3 carrying the stride, all weight-standardised
-(:class:`StdConv`: ``W <- (W - mean) / sqrt(var + 1e-5)`` over each output filter, biased
-variance), ``gn1..gn3 = GroupNorm(32, eps 1e-6)`` and ``gn_proj = GroupNorm(cout, cout)``
-(one channel per group, PyTorch's default eps 1e-5). The outputs of ``block1`` (``4w`` channels;
-``H/4 - 1`` rows after the unpadded max-pool, zero-padded at the bottom/right to ``H/4`` as the
-reference does; skip 2) and ``block2`` (``8w`` at ``H/8``; skip 1) are the skip features;
-``block3`` gives ``16w = 1024`` channels at ``H/16``.
-
-**Embeddings.** A ``1x1`` convolution (with bias; patch size ``img_size // 16 // grid = 1``)
-maps the R50 output to ``hidden = 768`` channels on the ``14 x 14`` grid (224 input), flattened
-to ``N = 196`` tokens, plus learned position embeddings (no class token), then dropout.
-
-**Transformer encoder (ViT-B).** ``num_layers = 12`` pre-LN blocks
-``x <- x + Attn(LN(x));  x <- x + MLP(LN(x))`` (LayerNorm eps 1e-6), multi-head attention with
-``num_heads = 12`` heads, separate ``query/key/value/out`` dense layers ``hidden -> hidden``,
-``softmax(q k^T / sqrt(hidden / heads))``, attention and projection dropout
-``attention_dropout_rate = 0``; MLP ``hidden -> mlp_dim = 3072 -> hidden`` with exact (erf)
-GELU and dropout ``dropout_rate = 0.1`` after each dense layer; final ``encoder_norm``.
-
-**Decoder (``DecoderCup``).** Tokens reshaped to the grid, ``conv_more = conv3x3 (no bias) -
-BN - ReLU`` to ``head_channels = 512``; four blocks with ``decoder_channels = (256, 128, 64,
-16)``: bilinear x2 upsampling *with aligned corners* (PyTorch ``UpsamplingBilinear2d``),
-concatenation of skip ``i`` for ``i < n_skip = 3`` (skip channels ``[8w, 4w, w] =
-[512, 256, 64]``; the 4th block has none), two ``conv3x3 - BN - ReLU``. **Head:** ``conv3x3``
-(with bias) to ``num_classes`` logits at full resolution.
-
-**Single-channel input** is repeated to 3 channels (reference ``x.repeat(1, 3, 1, 1)`` when
-``C == 1``). **Initialisation** follows the reference's PyTorch defaults: convolutions and
-attention dense layers ``U(+-1/sqrt(fan_in))`` (weights and biases), MLP ``xavier_uniform_``
-weights with ``N(0, 1e-6)`` biases, position embeddings zero, norms scale 1 / bias 0; in
-practice the hybrid encoder is loaded from ``R50+ViT-B_16.npz``
-(:func:`rdr_jax.models.pretrained.load_r50_vit_b16`).
-
-**Consistency features.** ``__call__`` returns ``(logits, z)`` where ``z`` is the transformer
-output (after ``encoder_norm``) reshaped to the grid, ``(B, 14, 14, 768)`` at 224 input: the
-encoder output ``phi_theta(x)`` of AdaWAC's consistency term (thesis Eq.
-``eq:objective_dac_encoder_weighted_adawac``; implementation notes, "Chapter 5").
-
-BatchNorm in the decoder: eps 1e-5, PyTorch momentum 0.1 (Flax 0.9); Flax updates the running
-variance with the biased batch variance (PyTorch: unbiased). Train/eval via ``model.train()`` /
-``model.eval()`` (BatchNorm statistics, dropout).
+The official ``R50-ViT-B_16`` configuration of Beckschen/TransUNet, which the thesis follows
+(Section 5.5, Section C.4), layer for layer; ``__call__`` returns
+``(logits, z)`` with ``z`` the transformer output on the token grid, the encoder output of
+AdaWAC's consistency term. Why: the thesis' segmentation model. Architecture:
+``docs/training.md`` ("Models").
 """
 
 from __future__ import annotations
@@ -104,15 +54,8 @@ def _interp_matrix(n: int, dtype: Any) -> np.ndarray:
 
 
 def upsample_bilinear_align_corners(x: Float[Array, "b h w c"]) -> Float[Array, "b 2h 2w c"]:
-    """Bilinear x2 upsampling with aligned corners (PyTorch ``UpsamplingBilinear2d(2)``).
-
-    Output pixel ``i`` of an axis of length ``n`` samples the input at
-    ``s_i = i (n - 1) / (2n - 1)``, interpolating linearly between ``floor(s_i)`` and
-    ``floor(s_i) + 1``; so the first and last pixels of input and output coincide.
-
-    Example:
-        >>> upsample_bilinear_align_corners(jnp.arange(2.0).reshape(1, 2, 1, 1))[0, :, 0, 0]
-        Array([0.        , 0.33333334, 0.6666667 , 1.        ], dtype=float32)
+    """Bilinear x2 upsampling with aligned corners (PyTorch
+    ``UpsamplingBilinear2d(2)``).
     """
     mh = jnp.asarray(_interp_matrix(x.shape[1], np.dtype(x.dtype)))
     mw = jnp.asarray(_interp_matrix(x.shape[2], np.dtype(x.dtype)))
@@ -121,12 +64,8 @@ def upsample_bilinear_align_corners(x: Float[Array, "b h w c"]) -> Float[Array, 
 
 
 class StdConv(nnx.Module):
-    """Weight-standardised convolution (reference ``StdConv2d``), no bias, PyTorch padding.
-
-    ``y = conv(x, (W - mean(W)) / sqrt(var(W) + 1e-5))`` with mean and (biased) variance over
-    each output filter's ``k x k x C_in`` entries. Kernel layout HWIO (``kernel``). The
-    convolution runs in ``dtype`` (``None``: the wider of the input and kernel dtypes); with a
-    half-precision ``dtype`` the standardisation itself is computed in float32 first.
+    """Weight-standardised convolution (reference ``StdConv2d``), no bias, PyTorch
+    padding; the standardisation runs in at least float32.
     """
 
     def __init__(self, cin: int, cout: int, k: int, stride: int = 1, *, padding: int = 0,
@@ -339,38 +278,17 @@ class DecoderCup(nnx.Module):
 
 
 class TransUNet(nnx.Module):
-    """TransUNet R50+ViT-B/16 (official ``VisionTransformer`` with the ``R50-ViT-B_16`` config).
-
-    See the module docstring for the architecture.
+    """TransUNet R50+ViT-B/16 (the reference ``VisionTransformer``).
 
     Args:
-        num_classes: number of output classes ``K >= 1`` (Synapse 9, ACDC 4).
-        in_channels: input channels; 1 is repeated to 3 (the R50 root then has 3 inputs),
-            other values are used as is.
-        img_size: input height = width, divisible by 16 (224); sets the token grid
-            ``img_size / 16`` and the position-embedding table.
-        hidden, num_layers, num_heads, mlp_dim: ViT width (768), depth (12), heads (12; must
-            divide ``hidden``) and MLP width (3072).
-        resnet_units: R50 units per stage (``(3, 4, 9)``).
-        width: R50 root width ``w`` (64); must be divisible by 32 (GroupNorm(32)).
-        decoder_channels: the four ``DecoderCup`` widths (``(256, 128, 64, 16)``).
-        head_channels: width of ``conv_more`` (512 in the reference).
-        n_skip: number of skip connections used, 0..3 (3).
-        dropout_rate: ViT embedding/MLP dropout (0.1). attention_dropout_rate: (0.0).
-        dtype: computation dtype of every layer, e.g. ``jnp.bfloat16`` for mixed precision
-            (``None``, default: the input is promoted to the parameter dtype). Attention
-            softmax, norm statistics and BatchNorm running statistics stay in at least
-            float32; the logits and ``z`` are returned in at least float32.
-        param_dtype: parameter dtype (float32 default; float64 needs ``jax_enable_x64``).
-        rngs: NNX random streams (keyword-only; the ``dropout`` stream, or ``default``,
-            drives dropout in training mode).
-
-    Example:
-        >>> from flax import nnx
-        >>> model = TransUNet.small(9, rngs=nnx.Rngs(0))
-        >>> logits, z = model(jnp.zeros((2, 64, 64, 1)))
-        >>> logits.shape, z.shape
-        ((2, 64, 64, 9), (2, 4, 4, 64))
+        num_classes: ``K >= 1`` (Synapse 9, ACDC 4). in_channels: 1 is repeated to 3.
+        img_size: input side, divisible by 16 (224).
+        hidden, num_layers, num_heads, mlp_dim: ViT sizes (768, 12, 12, 3072).
+        resnet_units: R50 units per stage (``(3, 4, 9)``). width: R50 root width (64).
+        decoder_channels: ``(256, 128, 64, 16)``. head_channels: 512. n_skip: 0..3 (3).
+        dropout_rate, attention_dropout_rate: 0.1 and 0.0.
+        dtype: computation dtype (None: inferred; logits and ``z`` in at least float32).
+        param_dtype: parameter dtype. rngs: NNX random streams (``dropout`` stream).
     """
 
     def __init__(self, num_classes: int, *, in_channels: int = 1, img_size: int = 224,
@@ -439,9 +357,7 @@ class TransUNet(nnx.Module):
     def small(cls, num_classes: int, *, in_channels: int = 1, img_size: int = 64,
               dtype: Optional[Any] = None, param_dtype: Any = jnp.float32,
               rngs: nnx.Rngs) -> "TransUNet":
-        """A CPU/CI-sized variant (same topology): ``hidden=64``, 2 layers, 2 heads,
-        ``mlp_dim=128``, R50 units ``(1, 1, 1)`` with ``width=32``, decoder ``(32, 16, 16, 8)``,
-        ``head_channels=64``; ``img_size=64`` by default."""
+        """A CPU-sized variant of the same topology (64 x 64 inputs by default)."""
         return cls(num_classes, in_channels=in_channels, img_size=img_size, hidden=64,
                    num_layers=2, num_heads=2, mlp_dim=128, resnet_units=(1, 1, 1), width=32,
                    decoder_channels=(32, 16, 16, 8), head_channels=64,

@@ -1,37 +1,10 @@
-"""UNet with a ResNet-34 encoder (segmentation_models_pytorch ``Unet('resnet34')``) in Flax NNX.
+"""UNet with a ResNet-34 encoder (segmentation_models_pytorch ``Unet('resnet34')``) in Flax
+NNX, NHWC.
 
-Thesis App. ``subsec:exp_unet`` (Chapter 5, ``ch:adawac``): "a UNet with a ResNet-34 encoder
-initialized with ImageNet pre-trained weights ... via the PyTorch API for segmentation models".
-This module re-implements that network (written from its description, no code copied), NHWC:
-
-* **encoder** -- torchvision ResNet-34 without pooling/classifier
-  (:class:`rdr_jax.models.resnet.ResNet`), giving five maps
-  ``f1 = relu(bn1(conv1(x)))`` (``H/2``, 64), ``f2 = layer1`` (``H/4``, 64), ``f3 = layer2``
-  (``H/8``, 128), ``f4 = layer3`` (``H/16``, 256), ``f5 = layer4`` (``H/32``, 512);
-* **decoder** -- five blocks with ``decoder_channels`` ``(256, 128, 64, 32, 16)``; block ``i``
-  upsamples its input by 2 (nearest neighbour), concatenates the skip map (``f4, f3, f2, f1``,
-  none for the last block) on the channel axis, and applies twice ``conv3x3 (no bias) - BN -
-  ReLU``; the first block's input is ``f5`` (no centre block);
-* **segmentation head** -- ``conv3x3`` (with bias) to ``num_classes`` logits, no activation.
-
-Initialisation as the reference: encoder as torchvision; decoder convolutions
-``kaiming_uniform_(mode='fan_in', nonlinearity='relu')`` (``U(+-sqrt(6 / fan_in))``), BatchNorm
-scale 1 / bias 0; head ``xavier_uniform_`` with zero bias.
-
-**Single-channel input.** With ``in_channels=1`` the input is repeated to 3 channels (as the
-TransUNet reference does, ``x.repeat(1, 3, 1, 1)``) and the stem has 3 input channels, so
-ImageNet weights load unchanged. For a fixed stem kernel ``W`` this equals
-segmentation_models_pytorch's own ``in_channels=1`` adaptation, which replaces ``W`` by its
-sum over input channels: ``conv(repeat(x), W) = conv(x, sum_c W[..., c, :])``.
-
-**Consistency features.** ``__call__`` returns ``(logits, f5)``: AdaWAC's consistency
-regulariser (thesis Eq. ``eq:objective_dac_encoder_weighted_adawac``) compares the *encoder
-output* ``phi_theta(x)`` of two augmented views, and for this UNet the encoder output is the
-deepest ResNet stage ``f5`` of shape ``(B, H/32, W/32, 512)``.
-
-Parameter count: ``21,284,672`` (encoder) + ``3,151,552`` (decoder) + ``9 * 16 * K + K``
-(head), i.e. 24,436,369 for ``K = 1`` (the figure segmentation_models_pytorch reports) and
-24,437,529 for Synapse's ``K = 9``.
+The UNet of Section C.5.1; ``__call__`` returns ``(logits, f5)``, ``f5`` the deepest
+encoder stage, the encoder output of AdaWAC's consistency term. Why: the thesis' second
+segmentation model. Layers, initialisation and parameter counts: ``docs/training.md``
+("Models").
 """
 
 from __future__ import annotations
@@ -57,13 +30,7 @@ _head_init = jax.nn.initializers.variance_scaling(1.0, "fan_avg", "uniform")
 
 
 class UNetDecoderBlock(nnx.Module):
-    """``x -> up2_nearest(x) -> concat(., skip) -> [conv3x3 - BN - ReLU] x 2``.
-
-    Args:
-        cin: channels of the block input. cskip: channels of the skip map (0: no skip).
-        cout: output channels. dtype: computation dtype (``None``: inferred). param_dtype:
-        parameter dtype. rngs: NNX random streams.
-    """
+    """``x -> up2_nearest(x) -> concat(., skip) -> [conv3x3 - BN - ReLU] x 2``."""
 
     def __init__(self, cin: int, cskip: int, cout: int, *, dtype: Optional[Any] = None,
                  param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
@@ -84,33 +51,13 @@ class UNetDecoderBlock(nnx.Module):
 
 
 class UNetResNet34(nnx.Module):
-    """UNet with a (ResNet-34) encoder, as segmentation_models_pytorch ``Unet('resnet34')``.
-
-    ``logits = head(decoder(encoder(x)))``; see the module docstring for the layers.
+    """UNet with a ResNet-34 encoder (inputs with ``H``, ``W`` divisible by 32).
 
     Args:
-        num_classes: number of output classes ``K >= 1`` (Synapse 9, ACDC 4).
-        in_channels: input channels, 1 (repeated to 3, see the module docstring) or any
-            ``C >= 2`` (used as is by the stem).
-        widths: encoder stage widths (default ``(64, 128, 256, 512)``).
-        depths: encoder blocks per stage (default ResNet-34 ``(3, 4, 6, 3)``).
-        decoder_channels: five decoder widths (default ``(256, 128, 64, 32, 16)``).
-        dtype: computation dtype of every layer, e.g. ``jnp.bfloat16`` for mixed precision
-            (``None``, default: the wider of the input and parameter dtypes). The logits and
-            encoder features are returned in at least float32 and the BatchNorm running
-            statistics are kept in at least float32.
-        param_dtype: parameter dtype (float32 default; float64 needs ``jax_enable_x64``).
-        rngs: NNX random streams (keyword-only).
-
-    Inputs must have ``H`` and ``W`` divisible by 32 (five stride-2 stages), as the reference
-    requires.
-
-    Example:
-        >>> from flax import nnx
-        >>> model = UNetResNet34.small(9, rngs=nnx.Rngs(0))
-        >>> logits, feats = model(jnp.zeros((2, 64, 64, 1)))
-        >>> logits.shape, feats.shape
-        ((2, 64, 64, 9), (2, 2, 2, 64))
+        num_classes: ``K >= 1``. in_channels: 1 (repeated to 3) or ``C >= 2``.
+        widths, depths: encoder stages (ResNet-34). decoder_channels: five widths.
+        dtype: computation dtype (None: inferred; outputs in at least float32).
+        param_dtype: parameter dtype. rngs: NNX random streams.
     """
 
     def __init__(self, num_classes: int, *, in_channels: int = 1,
@@ -149,9 +96,7 @@ class UNetResNet34(nnx.Module):
     @classmethod
     def small(cls, num_classes: int, *, in_channels: int = 1, dtype: Optional[Any] = None,
               param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> "UNetResNet34":
-        """A CPU/CI-sized variant (same topology, one block per stage, widths
-        ``(8, 16, 32, 64)``, decoder ``(32, 16, 16, 8, 8)``): forward+backward on 64 x 64
-        inputs in well under a second."""
+        """A CPU-sized variant of the same topology."""
         return cls(num_classes, in_channels=in_channels, widths=(8, 16, 32, 64),
                    depths=(1, 1, 1, 1), decoder_channels=(32, 16, 16, 8, 8),
                    dtype=dtype, param_dtype=param_dtype, rngs=rngs)

@@ -1,45 +1,9 @@
-"""WideResNet-28-2 in Flax NNX, as used by the deep DAC experiments of Chapter 4.
+"""WideResNet-28-2 in Flax NNX (NHWC), as the deep DAC experiments of Chapter 4 use it.
 
-Thesis Sec. ``sec:dac_experiments`` and App. ``apdx:exp_detail``: "We use the same network
-architecture (a WideResNet-28-2 ...)" for DAC and DA-ERM on CIFAR-100; the code of the
-thesis is adapted from the FixMatch PyTorch port (kekmodel/FixMatch-pytorch,
-``models/wideresnet.py``). This module re-implements that network layer for layer (written
-from its description, no code copied), so that parameter counts, initialisation and the
-forward pass agree with the reference:
-
-* stem ``conv3x3(in_channels -> 16)``; three groups of ``n = (depth - 4) / 6`` pre-activation
-  basic blocks with ``16 k, 32 k, 64 k`` channels (``k = widen_factor``; 32, 64, 128 for
-  WRN-28-2) and strides 1, 2, 2; final ``BN - LeakyReLU - global average pool - Linear``.
-* basic block (``in -> out``, stride ``s``)::
-
-      if in == out:            h = act(bn1(x)); y = x + conv2(act(bn2(conv1(h))))
-      elif activate_before:    x = act(bn1(x)); y = sc(x) + conv2(act(bn2(conv1(x))))
-      else:                    y = sc(x) + conv2(act(bn2(conv1(x))))
-
-  with ``act = LeakyReLU(0.1)``, 3x3 convolutions without bias and symmetric padding 1
-  (PyTorch ``padding=1``: a stride-2 convolution of a 32 x 32 map samples rows 0, 2, ..., 30
-  of the 1-padded map, unlike Flax ``'SAME'`` which pads only at the end), ``sc`` a 1x1
-  stride-``s`` convolution, and optional dropout between ``act(bn2(.))`` and ``conv2``.
-  Only the first block of the first group has ``activate_before_residual=True``.
-  **Reference quirk kept on purpose:** in the first block of groups 2 and 3 (``in != out``,
-  no activate-before-residual) the reference evaluates ``bn1`` but feeds the *raw* input to
-  ``conv1`` and the shortcut, so that ``bn1``'s scale/bias get zero gradient while its running
-  statistics still update. We do the same, so the parameter count (1,479,220 for
-  ``WideResNet(100)``) and every activation match the reference.
-* initialisation (reference ``for m in self.modules()`` loop): convolutions
-  ``kaiming_normal_(mode='fan_out', nonlinearity='leaky_relu')`` -- PyTorch's leaky-ReLU gain
-  uses its default slope ``a = 0``, so the gain is ``sqrt(2)`` and
-  ``W ~ N(0, 2 / (k_h k_w C_out))`` (untruncated); BatchNorm scale 1, bias 0; Linear
-  ``xavier_normal_`` ``W ~ N(0, 2 / (fan_in + fan_out))`` (untruncated), bias 0.
-* BatchNorm: ``eps = 1e-5``; PyTorch ``momentum = 0.001`` means
-  ``running = (1 - 0.001) running + 0.001 batch``, which is Flax ``momentum = 0.999``
-  (``bn_momentum`` below takes the PyTorch convention). One documented difference: Flax
-  updates ``running_var`` with the biased batch variance, PyTorch with the unbiased one (a
-  factor ``N / (N - 1)``, ``N = B H W >= 4096`` for batch 64 on CIFAR: < 0.03 %).
-
-Train/eval mode follows NNX: ``model.train()`` (BatchNorm uses batch statistics and updates
-the running ones; dropout active) and ``model.eval()`` (running statistics; no dropout).
-Layout is NHWC.
+The FixMatch PyTorch port the thesis adapted (Section B.6), layer for layer,
+including its initialisation, BatchNorm momentum convention and one quirk (the first block
+of groups 2 and 3 feeds the raw input to ``conv1``). Why: parameter counts and activations
+match the reference. Details: ``docs/training.md`` ("Models").
 """
 
 from __future__ import annotations
@@ -68,12 +32,8 @@ def _normal_chunk(key, i, dtype):
 
 
 def _normal_init(scale: float, mode: str) -> Callable[..., Array]:
-    """Untruncated ``N(0, scale / fan)`` initializer (``fan`` = ``fan_out`` or the mean of
-    ``fan_in`` and ``fan_out``; receptive field = product of the leading kernel dims), i.e.
-    ``jax.nn.initializers.variance_scaling(scale, mode, "normal")`` in distribution. The
-    normals are drawn in fixed-size chunks ``normal(fold_in(key, i), (2^14,))`` so that one
-    compiled sampler serves every kernel shape (a per-shape sampler compiles once per
-    distinct layer shape, which dominated the construction time of WRN-28-2 on CPU).
+    """Untruncated ``N(0, scale / fan)`` initializer, drawn in fixed-size chunks so
+    that one compiled sampler serves every kernel shape.
     """
     def init(key, shape, dtype=jnp.float32):
         shape = tuple(int(d) for d in shape)
@@ -114,21 +74,13 @@ def _conv(cin: int, cout: int, k: int, stride: int, param_dtype: Any,
 
 
 class BasicBlock(nnx.Module):
-    """Pre-activation WRN basic block of the FixMatch reference (see the module docstring).
+    """Pre-activation WRN basic block of the FixMatch reference.
 
     Args:
-        in_planes, out_planes: input and output channels (a 1x1 shortcut convolution
-            ``conv_shortcut`` exists iff they differ).
-        stride: stride of ``conv1`` and of the shortcut.
-        activate_before_residual: apply ``act(bn1(.))`` to the input of the shortcut too
-            (only used when ``in_planes != out_planes``, as in the reference).
-        bn_momentum: PyTorch-convention BatchNorm momentum (Flax ``1 - bn_momentum``).
-        leaky_slope: LeakyReLU negative slope.
-        dropout: dropout rate between ``act(bn2(.))`` and ``conv2`` (0 disables it).
-        dtype: computation dtype of the layers (``None``: inferred from input and
-            parameters).
-        param_dtype: dtype of the parameters.
-        rngs: NNX random streams (``params``; ``dropout`` when ``dropout > 0``).
+        in_planes, out_planes: channels (a 1x1 shortcut iff they differ). stride: of ``conv1``.
+        activate_before_residual: feed ``act(bn1(x))`` to the shortcut too.
+        bn_momentum: PyTorch-convention momentum. leaky_slope: LeakyReLU slope.
+        dropout: rate before ``conv2``. dtype, param_dtype, rngs: as :class:`WideResNet`.
     """
 
     def __init__(self, in_planes: int, out_planes: int, stride: int, *,
@@ -170,42 +122,15 @@ class BasicBlock(nnx.Module):
 
 
 class WideResNet(nnx.Module):
-    """WideResNet-``depth``-``widen_factor`` of the FixMatch PyTorch code (thesis App.
-    ``apdx:exp_detail``; WRN-28-2 for CIFAR-100 in Sec. ``sec:dac_experiments``).
-
-    ``logits = fc(features(x))``, ``features(x) = mean_{h,w} act(bn(block3(block2(block1(
-    conv1(x))))))`` -- see the module docstring for the blocks, initialisation and the
-    BatchNorm momentum convention.
+    """WideResNet-``depth``-``widen_factor`` of the FixMatch code (WRN-28-2 for
+    CIFAR-100, Section 4.7).
 
     Args:
-        num_classes: number of output logits (>= 1).
-        depth: network depth, ``(depth - 4) % 6 == 0`` and ``depth >= 10`` (28 in the thesis);
-            ``n = (depth - 4) / 6`` blocks per group.
-        widen_factor: channel multiplier ``k >= 1`` (2 in the thesis): channels
-            ``16, 16k, 32k, 64k``.
-        in_channels: input channels (3 for CIFAR).
-        bn_momentum: BatchNorm momentum in the PyTorch convention, in (0, 1): the running
-            statistics move by ``bn_momentum`` per step (0.001 as in the reference, i.e. Flax
-            ``momentum = 0.999``).
-        leaky_slope: LeakyReLU negative slope (0.1), >= 0.
-        dropout: dropout rate in [0, 1) inside each block (0: no Dropout layers).
-        dtype: computation dtype of every layer (extension of the reference signature), e.g.
-            ``jnp.bfloat16`` for mixed precision with float32 parameters; ``None`` (default):
-            the computation promotes to the wider of the input and parameter dtypes. Features
-            and logits are returned in at least float32, BatchNorm running statistics are kept
-            in at least float32.
-        param_dtype: dtype of the parameters (extension of the reference signature; float32
-            by default, float64 needs ``jax_enable_x64``; bfloat16 / float16 allowed).
-        rngs: NNX random streams (keyword-only).
-
-    Example:
-        >>> from flax import nnx
-        >>> model = WideResNet(100, rngs=nnx.Rngs(0))      # WRN-28-2, 1,479,220 parameters
-        >>> model.eval()
-        >>> model(jnp.zeros((2, 32, 32, 3))).shape
-        (2, 100)
-        >>> model.features(jnp.zeros((2, 32, 32, 3))).shape
-        (2, 128)
+        num_classes: logits. depth: ``(depth - 4) % 6 == 0``, >= 10 (28).
+        widen_factor: channel multiplier (2). in_channels: 3 for CIFAR.
+        bn_momentum: PyTorch convention (0.001). leaky_slope: 0.1. dropout: in [0, 1).
+        dtype: computation dtype (None: inferred; outputs in at least float32).
+        param_dtype: parameter dtype. rngs: NNX random streams.
     """
 
     def __init__(self, num_classes: int, depth: int = 28, widen_factor: int = 2, *,
@@ -275,9 +200,8 @@ class WideResNet(nnx.Module):
             raise TypeError(f"x must be a floating array; got dtype {x.dtype}")
 
     def features(self, x: Float[Array, "b h w c"]) -> Float[Array, "b f"]:
-        """Pooled penultimate features ``mean_{h,w} act(bn1(block3(...)))``, shape
-        ``(B, 64 * widen_factor)`` (128 for WRN-28-2): the input of the classifier ``fc``; in
-        at least float32.
+        """Pooled penultimate features ``(B, 64 widen_factor)``, in at least
+        float32.
         """
         self._check_input(x)
         out = self.conv1(x)

@@ -1,17 +1,5 @@
-"""Orbax checkpoints of a train-state pytree and a JSON ``meta`` dict.
-
-Resuming restores exactly what was saved (bitwise on CPU), which is what makes
-kill-and-resume equal an uninterrupted run (:func:`rdr_jax.training.fit`).
-
-Example:
-    >>> import tempfile
-    >>> from rdr_jax.training import TrainState
-    >>> st = TrainState(jnp.asarray(3, jnp.int32), {"w": jnp.ones(2)}, {}, ())
-    >>> d = tempfile.mkdtemp()
-    >>> save_checkpoint(d, st, {"pos": 1})
-    3
-    >>> restore_checkpoint(d, st)[1]
-    {'pos': 1}
+"""Orbax checkpoints of a train-state pytree and a JSON ``meta`` dict; a restore is
+bitwise what was saved, so kill-and-resume equals an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -44,11 +32,10 @@ def _manager(directory: Path, max_to_keep: int = 2):
 
 def save_checkpoint(directory: Path | str, state: Any, meta: dict, max_to_keep: int = 2
                     ) -> int:
-    """Save the pytree ``state`` (it must have an integer ``state.step``; typed PRNG keys are
-    stored as key data) and the JSON-serialisable ``meta`` under ``directory/<step>`` with an
-    orbax ``CheckpointManager`` (synchronous, keeps the newest ``max_to_keep``); returns the
-    step. A failed save leaves earlier checkpoints untouched (orbax writes to a temporary
-    folder and renames it when complete)."""
+    """Save ``state`` (with an integer ``state.step``) and ``meta`` under
+    ``directory/<step>`` (keeps the newest ``max_to_keep``; a failed save leaves earlier ones
+    intact); returns the step.
+    """
     import orbax.checkpoint as ocp
     step = int(jax.device_get(state.step))
     host = jax.device_get(_to_saveable(state))
@@ -60,12 +47,11 @@ def save_checkpoint(directory: Path | str, state: Any, meta: dict, max_to_keep: 
 
 
 def restore_checkpoint(directory: Path | str, like: Any) -> Optional[tuple[Any, dict]]:
-    """Restore the latest checkpoint in ``directory`` into the structure, dtypes and pytree
-    types of ``like`` (None when there is none): ``(state, meta)``. Typed PRNG keys are
-    re-wrapped with the key implementation of ``like``.
+    """Restore the latest checkpoint into the structure of ``like``:
+    ``(state, meta)``, or None when there is none.
 
     Raises:
-        ValueError: the checkpoint's tree does not match ``like`` (message names the folder).
+        ValueError: the checkpoint's tree does not match ``like``.
     """
     import orbax.checkpoint as ocp
     directory = Path(directory)

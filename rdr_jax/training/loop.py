@@ -1,42 +1,10 @@
 """The training loop both chapters use: :func:`fit`.
 
-A chapter supplies a pure step ``step(state, key, *batch) -> (state, metrics)`` (its loss and
-update; ``metrics`` a dict or NamedTuple with a scalar ``loss``), the initial
+A chapter supplies a pure step ``step(state, key, *batch) -> (state, metrics)``, the initial
 :class:`~rdr_jax.training.TrainState`, a batch source and a :class:`LoopConfig`; :func:`fit`
-does the rest:
-
-* **one compilation**: the step is jitted once per (step function, mesh, batch layout)
-  (:func:`jit_train_step`, cached), with the state donated, so resumes, seeds and sweeps
-  over traced hyperparameters reuse it;
-* **data parallelism**: batches are split along axis 0 over a 1-D mesh
-  (:mod:`rdr_jax.training.parallel`); state, key and scalar batch entries are replicated;
-* **no per-step host sync**: the step's scalar metrics are stacked on device into one
-  vector per step; the host fetches them once per ``log_every`` steps (and before a
-  checkpoint), checks the loss for NaN/inf there, and writes the interval means to the
-  JSONL metrics file (:mod:`rdr_jax.training.metrics`); at most ``max_inflight`` steps are
-  queued ahead of the device, so host memory stays bounded;
-* **checkpoint/resume** (orbax, :mod:`rdr_jax.training.checkpoint`): the state, the batch
-  source's position, hook states, the logged rows and the metrics of the current, not yet
-  logged interval, every ``checkpoint_every`` steps and at the end; a later call with the
-  same ``workdir`` continues from the newest checkpoint, and (per-step keys
-  ``fold_in(key, step)``, the batch order a function of the position) reproduces the
-  uninterrupted run bit for bit on CPU, logged rows included;
-* an evaluation hook every ``eval_every`` steps and at the end, and a tqdm progress bar.
-
-Example:
-    >>> import optax
-    >>> from rdr_jax.training import TrainState
-    >>> def step(state, key, x):
-    ...     loss = jnp.mean((state.params - x) ** 2)
-    ...     return state._replace(step=state.step + 1, params=state.params + 0.1), {"loss": loss}
-    >>> class Ones:
-    ...     def next_batch(self): return (np.ones((4,), np.float32),)
-    ...     def state_dict(self): return {}
-    ...     def load_state_dict(self, d): pass
-    >>> st = TrainState(jnp.zeros((), jnp.int32), jnp.zeros(()), {}, ())
-    >>> res = fit(step, st, Ones(), key=jax.random.key(0), loop=LoopConfig(4, log_every=2))
-    >>> [round(r["loss"], 3) for r in res.history]
-    [0.905, 0.565]
+jits the step once, splits batches over a 1-D mesh, fetches metrics once per ``log_every``
+steps, checkpoints and resumes (bitwise on CPU) and evaluates. Why: one loop for both
+chapters' experiments. Design: ``docs/training.md`` ("The shared training loop").
 """
 
 from __future__ import annotations
@@ -62,11 +30,9 @@ __all__ = ["BatchSource", "CompiledStep", "FitResult", "LoopConfig", "fit", "jit
 
 
 class BatchSource(Protocol):
-    """What :func:`fit` reads batches from.
-
-    ``next_batch()`` returns the next batch as a tuple of host arrays (the step's arguments
-    after ``key``; arrays are split over the mesh along axis 0, scalars replicated);
-    ``state_dict()`` / ``load_state_dict(d)`` save and restore the position (JSON-able).
+    """What :func:`fit` reads batches from: ``next_batch()`` (a tuple of host
+    arrays, split over the mesh along axis 0; scalars replicated) and ``state_dict()`` /
+    ``load_state_dict(d)`` for the position (JSON-able).
     """
 
     def next_batch(self) -> tuple: ...
@@ -80,17 +46,12 @@ class LoopConfig(NamedTuple):
     """Settings of :func:`fit`.
 
     Attributes:
-        num_steps: total optimizer steps of the run (>= 1).
-        log_every: fetch and log the metric means every this many steps (and at the last).
-        checkpoint_every: checkpoint every this many steps (0: only at the end); needs
-            ``workdir``.
-        eval_every: call the evaluation hook every this many steps (0: only at the end).
-        workdir: folder for ``checkpoints/`` and ``metrics.jsonl`` (None: neither).
-        stop_after: stop (and checkpoint) after this many total steps, as if killed there.
-        progress: show a tqdm progress bar.
-        desc: the bar's label, also named in error messages.
-        metrics_path: the JSONL metrics file (default ``workdir/metrics.jsonl``).
-        max_inflight: steps dispatched ahead of the device before the host waits.
+        num_steps: total steps (>= 1). log_every: fetch and log metric means this often.
+        checkpoint_every: 0: only at the end (needs ``workdir``). eval_every: 0: only at the end.
+        workdir: ``checkpoints/`` and ``metrics.jsonl`` (None: neither).
+        stop_after: stop (and checkpoint) after this step, as if killed.
+        progress, desc: tqdm bar and its label. metrics_path: default ``workdir/metrics.jsonl``.
+        max_inflight: steps dispatched ahead of the device.
     """
 
     num_steps: int
@@ -109,17 +70,11 @@ class FitResult(NamedTuple):
     """What :func:`fit` returns.
 
     Attributes:
-        state: the final state (on the mesh).
-        history: the logged rows ``{"step", <metric means>}`` of the whole run (restored
-            ones included).
-        evals: the evaluation rows ``{"step", <numbers>}`` of the whole run.
-        eval: the evaluation at the end (the hook's full dict; None when the run stopped
-            early or has no hook).
-        losses: the per-step losses of the steps run in this call.
-        resumed_from: the step restored from a checkpoint (None for a fresh run).
-        seconds_per_step: wall time per step after the first (compiling) one, without
-            checkpoint and evaluation time (NaN with fewer than two steps).
-        metrics_path: the JSONL metrics file (None when not written).
+        state: final state (on the mesh). history: logged rows of the whole run.
+        evals: evaluation rows. eval: the final evaluation or None.
+        losses: per-step losses of this call. resumed_from: restored step or None.
+        seconds_per_step: step time after the first (NaN with < 2 steps).
+        metrics_path: the JSONL file or None.
     """
 
     state: Any
@@ -162,11 +117,10 @@ def _compile(step: Callable, mesh: Mesh, layout: Any) -> CompiledStep:
 
 
 def jit_train_step(step: Callable, mesh: Mesh, batch: tuple) -> CompiledStep:
-    """The jitted step :func:`fit` runs for ``step`` on ``mesh`` with batches laid out like
-    ``batch`` (cached: the same step function, mesh and layout give the same compiled
-    function). ``fn(state, key, batch)`` donates ``state``; the state and key are
-    replicated, batch arrays split along axis 0; it returns the new state and the step's
-    scalar metrics stacked into one vector (entries named by ``names``)."""
+    """The jitted, sharded step :func:`fit` runs (cached per step function, mesh
+    and batch layout): ``fn(state, key, batch)`` donates ``state`` and returns it with the
+    scalar metrics stacked into one vector named by ``names``.
+    """
     return _compile(step, mesh, batch_layout(batch))
 
 
@@ -258,37 +212,23 @@ def _postfix(row: dict, names: list) -> dict:
 def fit(step: Callable, state: Any, data: BatchSource, *, key: jax.Array, loop: LoopConfig,
         mesh: Optional[Mesh] = None, evaluate: Optional[Callable[[Any], dict]] = None,
         hooks: Sequence[Any] = ()) -> FitResult:
-    """Train ``state`` with ``step`` for ``loop.num_steps`` steps (see the module docstring).
-
-    Each step: ``batch = data.next_batch()`` placed on ``mesh``; ``state, metrics =
-    step(state, key, *batch)`` (jitted once, state donated; the step derives its randomness
-    from ``fold_in(key, state.step)``); then ``hook.after_step(step_number, state)`` for
-    every hook that has it (it must not block on device values; e.g. enqueue a copy).
+    """Train ``state`` with ``step`` for ``loop.num_steps`` steps.
 
     Args:
-        step: the chapter's pure step ``(state, key, *batch) -> (state, metrics)``;
-            ``metrics`` is a mapping or NamedTuple holding a scalar ``loss`` (non-scalar
-            entries are not logged).
-        state: the initial :class:`~rdr_jax.training.TrainState` (copied onto the mesh; a
-            checkpoint in ``loop.workdir`` replaces it).
-        data: a :class:`BatchSource`.
-        key: the run's PRNG key (replicated).
-        loop: :class:`LoopConfig`.
-        mesh: a 1-D mesh (default: all local devices, :func:`~rdr_jax.training.make_mesh`).
-        evaluate: ``evaluate(state) -> dict`` of numbers (lists allowed), called every
-            ``loop.eval_every`` steps and at the end of a completed run.
-        hooks: objects with any of ``after_step(step, state)``, ``state_dict()``,
-            ``load_state_dict(d)`` (their state is checkpointed with the run).
+        step: ``(state, key, *batch) -> (state, metrics)``, metrics with a scalar ``loss``;
+            randomness from ``fold_in(key, state.step)``.
+        state: the initial state (a checkpoint in ``loop.workdir`` replaces it).
+        data: a :class:`BatchSource`. key: the run's PRNG key. loop: :class:`LoopConfig`.
+        mesh: 1-D mesh (default: all local devices).
+        evaluate: ``evaluate(state) -> dict``, every ``eval_every`` steps and at the end.
+        hooks: objects with ``after_step(step, state)`` / ``state_dict`` / ``load_state_dict``.
 
     Returns:
         :class:`FitResult`.
 
     Raises:
-        FloatingPointError: a non-finite loss; it is detected when the metrics are fetched
-            (each log interval and before every checkpoint), so no state from that step on
-            is saved: the last checkpoint stays the last good one (the message names it).
-        ValueError: bad loop settings; a batch that does not split over the mesh; a step
-            without a scalar ``loss``.
+        FloatingPointError: a non-finite loss (found at a fetch; the last checkpoint stays the
+            last good one). ValueError: bad settings, a batch that does not split, no ``loss``.
     """
     loop = _check_loop(loop)
     mesh = make_mesh() if mesh is None else mesh

@@ -1,20 +1,6 @@
-"""The training metrics file: one JSON object per line (JSONL), written by
-:func:`rdr_jax.training.fit` every ``log_every`` steps, and a reader for plots.
-
-Each line is ``{"kind": "train" | "eval", "step": s, <name>: <value>, ...}``: a ``train``
-row holds the means over the log interval ending at step ``s`` of the step's scalar metrics
-(``loss`` first; the chapters add ``ce``, ``consistency``, ``dice``, ``lr`` ...), an
-``eval`` row the evaluation hook's numbers at step ``s``. On resume the file is rewritten
-from the checkpoint, so it never holds rows of steps that were trained after the last
-checkpoint of a killed run.
-
-Example:
-    >>> import tempfile, pathlib
-    >>> p = pathlib.Path(tempfile.mkdtemp()) / "metrics.jsonl"
-    >>> f = MetricsFile(p, [])
-    >>> f.write({"step": 10, "loss": 2.0}); f.write({"step": 20, "loss": 1.5})
-    >>> read_metrics(p)["loss"].tolist()
-    [2.0, 1.5]
+"""The training metrics file (JSONL: ``{"kind": "train" | "eval", "step": s, ...}`` per
+line, interval means of the step's scalar metrics), written by :func:`rdr_jax.training.fit`
+and rewritten from the checkpoint on resume, and a reader for plots.
 """
 
 from __future__ import annotations
@@ -42,10 +28,8 @@ def _clean(v: Any) -> Any:
 
 
 class MetricsFile:
-    """Append-only JSONL metrics writer (one line per :meth:`write`, flushed at once).
-
-    ``MetricsFile(path, rows)`` starts the file afresh with ``rows`` (those restored from a
-    checkpoint; ``[]`` for a new run). Each row is a dict; ``kind`` defaults to ``"train"``.
+    """Append-only JSONL writer, started afresh with ``rows`` (those of a
+    checkpoint; ``[]`` for a new run); ``kind`` defaults to ``"train"``.
     """
 
     def __init__(self, path: Path | str, rows: Sequence[Mapping[str, Any]]):
@@ -78,13 +62,11 @@ def _number(v: Any) -> float:
 
 
 def read_metrics(path: Path | str, kind: str = "train") -> dict[str, np.ndarray]:
-    """Columns of the ``kind`` rows of a metrics file: ``{name: float64 array}`` (``step``
-    first; NaN where a row lacks the name; non-numeric values such as per-class lists are
-    left out).
+    """Columns ``{name: float64 array}`` of the ``kind`` rows of a metrics file
+    (NaN where a row lacks a name).
 
     Raises:
-        FileNotFoundError: no file at ``path``.
-        ValueError: a line is not a JSON object (the message names the line).
+        FileNotFoundError: no file. ValueError: a line is not a JSON object.
     """
     path = Path(path)
     if not path.is_file():
@@ -109,13 +91,8 @@ def read_metrics(path: Path | str, kind: str = "train") -> dict[str, np.ndarray]
 
 def plot_metrics(runs: Mapping[str, Path | str], keys: Sequence[str] = ("loss",),
                  path: Optional[Path | str] = None, kind: str = "train"):
-    """One panel per metric name in ``keys``, one line per run (``{label: metrics file}``),
-    against the step; saved to ``path`` when given. Returns the matplotlib figure (imported
-    here, so the training code never loads matplotlib).
-
-    Example:
-        >>> fig = plot_metrics({"adawac": "runs/adawac/metrics.jsonl"},
-        ...                    ("loss", "ce"))          # doctest: +SKIP
+    """One panel per metric in ``keys``, one line per run ``{label: file}``;
+    returns the matplotlib figure (saved to ``path`` when given).
     """
     import matplotlib
     if path is not None:

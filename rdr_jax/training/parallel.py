@@ -1,17 +1,6 @@
-"""Data parallelism over a 1-D ``jax.sharding`` mesh (no pmap).
-
-The batch axis (axis 0 of every batch array) is split over the mesh axis ``"data"``
-(``NamedSharding(mesh, P("data"))``); the train state, the PRNG key and scalar batch entries
-(hyperparameters such as DAC's lambda) are replicated (``P()``). A step jitted with these
-shardings is the same program on 1 or 8 devices: XLA inserts the all-reduces of the batch
-means (losses, gradients, BatchNorm statistics), so results agree up to the order of
-floating-point sums.
-
-Example:
-    >>> mesh = make_mesh()
-    >>> x, lam = shard_batch(mesh, (np.zeros((8, 3)), np.float32(1.0)))
-    >>> x.sharding.spec, lam.sharding.spec
-    (P('data',), P())
+"""Data parallelism over a 1-D ``jax.sharding`` mesh ``("data",)`` (no pmap): batch arrays
+split along axis 0, state, key and scalars replicated; XLA inserts the all-reduces, so 1 and
+8 devices agree up to the order of floating-point sums.
 """
 
 from __future__ import annotations
@@ -29,12 +18,7 @@ DATA_AXIS = "data"
 
 
 def make_mesh(devices: Optional[Sequence[Any]] = None) -> Mesh:
-    """A 1-D mesh ``('data',)`` over ``devices`` (default: all local devices).
-
-    Example:
-        >>> make_mesh().axis_names
-        ('data',)
-    """
+    """A 1-D mesh ``('data',)`` over ``devices`` (default: all local devices)."""
     devs = list(jax.local_devices() if devices is None else devices)
     if not devs:
         raise ValueError("devices must be non-empty")
@@ -66,10 +50,8 @@ def layout_shardings(mesh: Mesh, layout: Any) -> Any:
 
 
 def shard_batch(mesh: Mesh, batch: Any) -> Any:
-    """Place a host batch pytree on ``mesh``: arrays split along axis 0, scalars replicated.
-
-    Raises:
-        ValueError: an array's leading size is not divisible by the number of devices.
+    """Place a host batch pytree on ``mesh``: arrays split along axis 0, scalars
+    replicated; ValueError if a leading size does not divide.
     """
     leaves, treedef = jax.tree.flatten(batch)
     n = mesh.size

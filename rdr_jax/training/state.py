@@ -1,28 +1,9 @@
 """The functional train state shared by the Ch. 4 (DAC) and Ch. 5 (AdaWAC) trainers.
 
-An NNX model is split once into a static :class:`ModelGraph` (graph definitions with
-BatchNorm in training and in evaluation mode) and pytrees of parameters and other variables;
-train steps are pure functions of one :class:`TrainState` pytree, so the caller jits them
-once, shards them with ``jax.sharding`` and checkpoints them with orbax.
-
-* :func:`split_model` -- ``model -> (ModelGraph, params, rest)``;
-* :func:`merge_apply` -- ``nnx.merge(graphdef, params, rest)(x)`` inside a trace, returning
-  the outputs and the updated non-parameter variables (BatchNorm statistics);
-* :class:`TrainState` / :func:`init_train_state` -- step, parameters, model variables,
-  optimizer state and a dict of chapter-specific arrays (AdaWAC's beta table);
-* :func:`apply_gradients` -- the optax update every chapter step ends with;
-* :func:`sgd` -- SGD with momentum and coupled weight decay (``torch.optim.SGD``), optionally
-  wrapped in :func:`param_ema`, the exponential moving average of the weights that FixMatch
-  evaluates (Sohn et al. 2020; decay 0.999 in the reference code);
-* :func:`eval_params` -- the parameters evaluation uses (the EMA when there is one);
-* :func:`compute_dtype` -- the model computation dtype a config's ``dtype`` field names
-  (``"float32"`` or ``"bfloat16"``; parameters stay float32 either way).
-
-Example:
-    >>> from flax import nnx
-    >>> graph, params, rest = split_model(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
-    >>> merge_apply(graph.train, params, rest, jnp.ones((1, 2)))[0].shape
-    (1, 3)
+An NNX model is split once into a static :class:`ModelGraph` and pytrees; steps are pure
+functions of one :class:`TrainState`, jitted once, sharded and checkpointed. Also the
+optimizer :func:`sgd` (``torch.optim.SGD``), the weight average :func:`param_ema` (FixMatch's
+EMA), :func:`check_schedule` and :func:`compute_dtype`. Why: both chapters' steps share it.
 """
 
 from __future__ import annotations
@@ -39,26 +20,16 @@ from flax import nnx
 from jaxtyping import Array, Int
 
 __all__ = ["COMPUTE_DTYPES", "ModelGraph", "ParamEmaState", "TrainState", "apply_gradients",
-           "compute_dtype", "eval_params", "init_train_state", "merge_apply", "param_ema", "sgd",
-           "split_model"]
+           "check_schedule", "compute_dtype", "eval_params", "init_train_state", "merge_apply",
+           "param_ema", "sgd", "split_model"]
 
 #: the values a training config's ``dtype`` field (the models' computation dtype) may take
 COMPUTE_DTYPES = ("float32", "bfloat16")
 
 
 def compute_dtype(value: Any = "float32", name: str = "dtype") -> np.dtype:
-    """The computation dtype named by a training config's ``dtype`` field.
-
-    ``"float32"`` (default; ``None`` means the same) or ``"bfloat16"`` (or the dtypes
-    themselves). The trainers pass it to the model as Flax's ``dtype``: parameters, BatchNorm
-    statistics, softmax and the losses stay in float32.
-
-    Raises:
-        ValueError: any other value (the message names the allowed ones).
-
-    Example:
-        >>> compute_dtype("bfloat16")
-        dtype(bfloat16)
+    """The computation dtype a config's ``dtype`` field names: ``"float32"``
+    (default, also for None) or ``"bfloat16"``; ValueError otherwise.
     """
     if value is None:
         value = "float32"
@@ -80,9 +51,9 @@ class ModelGraph(NamedTuple):
 
 
 def split_model(model: nnx.Module) -> tuple[ModelGraph, Any, Any]:
-    """``(ModelGraph(train, eval), params, rest)``: the model's graph definitions in both
-    modes, its ``nnx.Param`` state and every other variable (BatchNorm statistics, RNG
-    counters). The model is left in training mode."""
+    """``(ModelGraph(train, eval), params, rest)`` of an NNX model (left in
+    training mode).
+    """
     model.train()
     g_train, params, rest = nnx.split(model, nnx.Param, ...)
     model.eval()
@@ -92,11 +63,8 @@ def split_model(model: nnx.Module) -> tuple[ModelGraph, Any, Any]:
 
 
 def merge_apply(graphdef: Any, params: Any, rest: Any, *args: Any) -> tuple[Any, Any]:
-    """``(model(*args), new_rest)`` for ``model = nnx.merge(graphdef, params, rest)``.
-
-    The variables are copied into fresh objects first: NNX refuses to mutate BatchNorm
-    statistics created under another trace (e.g. state closed over from outside
-    ``jax.grad``/``jax.vjp``). ``new_rest`` carries the updated statistics in training mode.
+    """``(model(*args), new_rest)`` for ``model = nnx.merge(graphdef, params,
+    rest)``, on fresh copies of the variables (NNX refuses to mutate state of another trace).
     """
     params, rest = jax.tree.map(lambda v: v, (params, rest))
     model = nnx.merge(graphdef, params, rest)
@@ -127,32 +95,15 @@ def _check_decay(decay: Any) -> float:
 
 def param_ema(tx: optax.GradientTransformation, decay: float = 0.999
               ) -> optax.GradientTransformation:
-    """Wrap ``tx`` so that its state also tracks an exponential moving average of the weights.
-
-    With ``theta_t`` the weights after update ``t`` (``theta_t = theta_{t-1} + u_t``, as
-    ``optax.apply_updates`` computes them) and ``bar theta_0 = theta_0``::
-
-        bar theta_t = decay * bar theta_{t-1} + (1 - decay) * theta_t
-                    = decay^t theta_0 + (1 - decay) sum_{s=1}^t decay^(t-s) theta_s
-
-    which is FixMatch's ``ModelEMA`` (kekmodel/FixMatch-pytorch, decay 0.999; BatchNorm
-    statistics are not averaged there but copied, so evaluation pairs the averaged weights
-    with the current statistics, see :func:`eval_params`). The updates are those of ``tx``
-    unchanged: training is not affected, only the state grows by one copy of the weights.
+    """Wrap ``tx`` so that its state also tracks the exponential moving average
+    ``bar theta_t = decay bar theta_{t-1} + (1 - decay) theta_t`` of the weights (FixMatch's
+    ``ModelEMA``); the updates are unchanged.
 
     Args:
-        tx: the optimizer.
-        decay: in [0, 1).
+        tx: the optimizer. decay: in [0, 1).
 
     Returns:
         An ``optax.GradientTransformation`` with state :class:`ParamEmaState`.
-
-    Example:
-        >>> tx = param_ema(optax.sgd(0.1), 0.5)
-        >>> p = jnp.zeros(2); s = tx.init(p)
-        >>> u, s = tx.update(jnp.ones(2), s, p)
-        >>> s.ema.tolist()                    # 0.5 * 0 + 0.5 * (0 - 0.1)
-        [-0.05000000074505806, -0.05000000074505806]
     """
     decay = _check_decay(decay)
 
@@ -170,27 +121,32 @@ def param_ema(tx: optax.GradientTransformation, decay: float = 0.999
     return optax.GradientTransformation(init, update)
 
 
+def check_schedule(schedule: Callable, num_steps: int, name: str = "learning_rate") -> None:
+    """Raise ValueError if ``schedule(i)`` is negative or non-finite for a step
+    ``0 <= i < num_steps`` (a negative step would silently ascend); one vmapped evaluation.
+    """
+    if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Integral) or \
+            num_steps < 1:
+        raise ValueError(f"num_steps must be an int >= 1; got {num_steps!r}")
+    values = np.asarray(jax.vmap(schedule)(jnp.arange(int(num_steps))), np.float64)
+    bad = np.flatnonzero(~(np.isfinite(values) & (values >= 0)))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"{name} schedule must be finite and >= 0 over the planned {num_steps} "
+                         f"steps; {name}({i}) = {float(values.reshape(-1)[i])}")
+
+
 def sgd(learning_rate: Any, *, momentum: float = 0.9, nesterov: bool = False,
         weight_decay: float = 0.0, decay_mask: Optional[Callable] = None,
-        ema_decay: float = 0.0) -> optax.GradientTransformation:
-    """SGD with momentum and coupled weight decay, as ``torch.optim.SGD``, both chapters'
-    optimizer.
-
-    ``g <- g + wd * theta`` (on the leaves ``decay_mask`` selects; all by default), then
-    ``m <- momentum * m + g`` and the update ``-lr * m`` (Nesterov: ``-lr * (g + momentum
-    m)``); ``momentum = 0`` is plain SGD. ``ema_decay > 0`` wraps the chain in
-    :func:`param_ema`.
+        ema_decay: float = 0.0, num_steps: Optional[int] = None
+        ) -> optax.GradientTransformation:
+    """SGD with momentum and coupled weight decay, as ``torch.optim.SGD``.
 
     Args:
-        learning_rate: a float or an optax schedule.
-        momentum: in [0, 1).
-        nesterov: Nesterov momentum.
-        weight_decay: coupled L2 coefficient >= 0 (0 leaves it out of the chain).
-        decay_mask: optax mask (pytree of bools or a function of the params).
-        ema_decay: decay of the weight average in [0, 1) (0: none).
-
-    Example:
-        >>> tx = sgd(0.01, weight_decay=1e-4, ema_decay=0.999)
+        learning_rate: a float or an optax schedule. momentum: in [0, 1). nesterov: Nesterov.
+        weight_decay: coupled L2 >= 0 on the leaves ``decay_mask`` selects (default all).
+        ema_decay: weight average in [0, 1) (0: none).
+        num_steps: with a schedule, check it over these steps (:func:`check_schedule`).
     """
     if isinstance(weight_decay, bool) or not isinstance(weight_decay, numbers.Real) or \
             not math.isfinite(weight_decay) or weight_decay < 0:
@@ -198,6 +154,8 @@ def sgd(learning_rate: Any, *, momentum: float = 0.9, nesterov: bool = False,
     if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) or \
             not 0 <= momentum < 1:
         raise ValueError(f"momentum must lie in [0, 1); got {momentum!r}")
+    if callable(learning_rate) and num_steps is not None:
+        check_schedule(learning_rate, num_steps)
     parts = []
     if weight_decay > 0:
         parts.append(optax.add_decayed_weights(weight_decay, mask=decay_mask))
@@ -211,17 +169,13 @@ def sgd(learning_rate: Any, *, momentum: float = 0.9, nesterov: bool = False,
 
 
 class TrainState(NamedTuple):
-    """Everything that changes during training (a pytree; checkpointed by orbax).
+    """Everything that changes during training (a pytree, checkpointed).
 
     Attributes:
-        step: int32 scalar, number of optimizer steps taken.
-        params: the ``nnx.Param`` state.
-        model_state: all other model variables (BatchNorm running statistics, ...).
-        opt_state: the optax state (a :class:`rdr_jax.training.state.ParamEmaState` when the
-            optimizer averages the weights, see ``ema_params``).
-        extra: a dict of chapter-specific arrays (AdaWAC: ``beta``, ``beta_state``,
-            ``last_ce``, ``last_cons``) or None; its entries read as attributes
-            (``state.beta``).
+        step: int32 steps taken. params: ``nnx.Param`` state. model_state: other variables.
+        opt_state: the optax state (:class:`rdr_jax.training.state.ParamEmaState` with a
+            weight average).
+        extra: dict of chapter arrays (AdaWAC's ``beta`` ...), read as attributes, or None.
     """
 
     step: Int[Array, ""]
@@ -238,20 +192,14 @@ class TrainState(NamedTuple):
 
     @property
     def ema_params(self) -> Any:
-        """The weight average of :func:`rdr_jax.training.state.param_ema` (None when the
-        optimizer keeps none)."""
+        """The weight average of :func:`rdr_jax.training.state.param_ema`, or None."""
         return self.opt_state.ema if isinstance(self.opt_state, ParamEmaState) else None
 
 
 def init_train_state(model: nnx.Module, tx: optax.GradientTransformation, *,
                      extra: Optional[dict] = None) -> tuple[ModelGraph, TrainState]:
-    """Split an NNX model into its static :class:`ModelGraph` and a :class:`TrainState`
-    (step 0, ``tx.init(params)``, ``extra`` as given).
-
-    Example:
-        >>> graph, state = init_train_state(nnx.Linear(2, 3, rngs=nnx.Rngs(0)), optax.sgd(.1))
-        >>> int(state.step)
-        0
+    """Split a model into its :class:`ModelGraph` and a :class:`TrainState`
+    (step 0, ``tx.init(params)``, ``extra``).
     """
     graph, params, rest = split_model(model)
     return graph, TrainState(jnp.zeros((), jnp.int32), params, rest, tx.init(params), extra)
@@ -259,9 +207,9 @@ def init_train_state(model: nnx.Module, tx: optax.GradientTransformation, *,
 
 def apply_gradients(state: TrainState, tx: optax.GradientTransformation, grads: Any,
                     model_state: Any, extra: Any = None) -> TrainState:
-    """One optimizer step: ``updates, opt_state = tx.update(grads, opt_state, params)``,
-    ``params + updates``, the new model variables, ``step + 1`` and ``extra`` (kept when
-    None)."""
+    """One optimizer step: the updates, the new model variables, ``step + 1``
+    and ``extra`` (kept when None).
+    """
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     return TrainState(state.step + 1, params, model_state, opt_state,
@@ -269,7 +217,8 @@ def apply_gradients(state: TrainState, tx: optax.GradientTransformation, grads: 
 
 
 def eval_params(state: TrainState) -> Any:
-    """The parameters to evaluate: the weight average when the optimizer keeps one
-    (:func:`param_ema`; FixMatch evaluates its EMA model), else ``state.params``."""
+    """The parameters to evaluate: the weight average when kept, else
+    ``state.params``.
+    """
     ema = state.ema_params
     return state.params if ema is None else ema
