@@ -226,9 +226,9 @@ def bench_id(m, n, ks, repeats, kernel_shape=(3000, 2000)):
         row["gemm_floor_s"] = floor
         variants = [("defaults", {}),
                     ("defaults, BLAS 1 thread", dict(_blas_threads=1)),
-                    ("Rand-LUPP/sketch", dict(interp="sketch")),
-                    ("Rand-LUPP/sparse_sign", dict(sketch="sparse_sign")),
-                    ("Rand-LUPP/threefry", dict(sketch=R.Gaussian("threefry"))),
+                    ("Rand-LUPP/sketch", dict(method=R.Method(interp="sketch"))),
+                    ("Rand-LUPP/sparse_sign", dict(method=R.Method(sketch="sparse_sign"))),
+                    ("Rand-LUPP/threefry", dict(method=R.Method(sketch=R.Gaussian("threefry")))),
                     ("Rand-LUPP-1piter", dict(method="Rand-LUPP-1piter"))]
         for tag, kw in variants:
             kw = dict(kw)
@@ -295,7 +295,7 @@ def snn1e6_child(k: int, out: str, sketch: str = "gaussian"):
     t_build = time.perf_counter() - t0
     s = R.exact_singular_values(A)
     t1 = time.perf_counter()
-    d = R.cur(jax.random.key(1), A, k, sketch=sketch)
+    d = R.cur(jax.random.key(1), A, k, method=R.Method(sketch=sketch))
     jax.block_until_ready(d)
     t_cur = time.perf_counter() - t1
     err = R.lowrank_error(A, d)
@@ -303,7 +303,7 @@ def snn1e6_child(k: int, out: str, sketch: str = "gaussian"):
     res = {"k": k, "sketch": sketch, "build_s": t_build, "cur_s": t_cur, "cur_plus_error_s": t_total,
            "rel_err_fro": err.fro / float(np.sqrt(np.sum(s ** 2))),
            "opt_rel_err_fro": float(np.sqrt(np.sum(s[k:] ** 2) / np.sum(s ** 2))),
-           "rel_err_2": err.spec / float(s[0]), "opt_rel_err_2": float(s[k] / s[0]),
+           "rel_err_2": err.spectral / float(s[0]), "opt_rel_err_2": float(s[k] / s[0]),
            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
            "eta": float(d.eta), "eta_rows": float(d.eta_rows)}
     Path(out).write_text(json.dumps(res))

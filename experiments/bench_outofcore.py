@@ -1,6 +1,5 @@
 """Benchmark for issue 13 item 4 (out-of-core): a matrix on disk, larger than the memory
-budget, through the two passes of the streaming CUR (Algorithm
-``algo:sketch_pivot_CUR_online``) with peak memory O((m + n) l + block).
+budget, through the two passes of the streaming CUR (Algorithm 3) with peak memory O((m + n) l + block).
 
 Run (from the repository root)::
 
@@ -67,6 +66,12 @@ def write_matrix(path: Path, m: int, n: int, fmt: str, seed: int, rank: int = 10
         del ds
 
 
+def _method(args):
+    """The streaming method: LUPP with sketch size ``args.l`` (oversampling ``l - k``)."""
+    import rdr_jax as R
+    return R.Method("lupp", oversample=args.l - args.k)
+
+
 def _status(key: str) -> int:
     with open("/proc/self/status") as f:
         return next(int(s.split()[1]) * 1024 for s in f if s.startswith(key + ":"))
@@ -98,7 +103,7 @@ def _child(args) -> None:
         except OSError:
             reset = False
         t = time.perf_counter()
-        cur = O.streaming_cur(jax.random.key(seed), D, args.k, l=args.l, axis=args.axis,
+        cur = O.streaming_cur(jax.random.key(seed), D, args.k, method=_method(args), axis=args.axis,
                               progress=not args.no_progress)
         jax.block_until_ready(cur)
         out[run] = {"time_s": time.perf_counter() - t, "rss_before": before,
@@ -133,7 +138,7 @@ def _compare(path: Path, fmt: str, args, res: dict) -> dict:
     blocks = [A[i:i + b] if args.axis == 0 else A[:, i:i + b]
               for i in range(0, A.shape[args.axis], b)]
     ref = ST.streaming_skeletons(jax.random.key(args.seed + 1), blocks, A.shape, args.k,
-                                 l=args.l, axis=args.axis)
+                                 method=_method(args), axis=args.axis)
     C, S, R = ST.retrieve_skeletons(blocks, A.shape, ref.rows, ref.cols, axis=args.axis)
     U = np.asarray(ST.cur_from_skeletons(C, S, R).U)
     rows, cols = got["rows"], got["cols"]

@@ -283,7 +283,7 @@ def cur_errors(A, op, Ah, normF2: float, Qc, M, Qr, dense_error_limit: int) -> d
         fro = math.sqrt(max(normF2 - float(np.sum(M ** 2)), 0.0))
         return {"fro": fro, "spec": float(s[0]), "exact": "F: Pythagoras, 2: Lanczos"}
     e = R.lowrank_error(A, (Qc, M, Qr))
-    return {"fro": e.fro, "spec": e.spec, "exact": bool(e.exact)}
+    return {"fro": e.fro, "spec": e.spectral, "exact": bool(e.exact)}
 
 
 # --------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ ERR_NEAR_OPT, ETA_MODEST = 30.0, 100.0        # thresholds for verdict 3
 
 
 def id_errors(A, J) -> R.LowRankError:
-    """``||A - C C^+ A||`` (``.spec`` and ``.fro``) for ``C = A(:, J)``, exact via
+    """``||A - C C^+ A||`` (``.spectral`` and ``.fro``) for ``C = A(:, J)``, exact via
     rdr_jax.lowrank_error."""
     C = np.asarray(A)[:, np.asarray(J)]
     Q, _ = np.linalg.qr(C)
@@ -205,19 +205,19 @@ def run(args, argv=None):
             J, eta = deterministic(A, k, meth)
             no_pivot[meth] &= bool(np.array_equal(np.sort(J), np.arange(k)))
             e = id_errors(A, J)
-            rows.append({"method": meth, "k": k, "trial": 0, "err2": e.spec, "errF": e.fro,
-                         "eta": eta, "ratio2": e.spec / floor[k]})
+            rows.append({"method": meth, "k": k, "trial": 0, "err2": e.spectral, "errF": e.fro,
+                         "eta": eta, "ratio2": e.spectral / floor[k]})
             bar.update(1)
         for meth in RANDOMIZED:
             base = meth.split("-")[1].lower()
             for t in range(args.trials):
                 bar.set_postfix_str(f"k={k} {meth} trial {t}")
                 sel = R.select_columns(jax.random.fold_in(key, 1000 * k + t), A, k,
-                                       method=base, oversample=args.oversample)
+                                       method=R.Method(base, oversample=args.oversample))
                 e = id_errors(A, sel.cols)
-                rows.append({"method": meth, "k": k, "trial": t, "err2": e.spec,
+                rows.append({"method": meth, "k": k, "trial": t, "err2": e.spectral,
                              "errF": e.fro, "eta": float(sel.eta),
-                             "ratio2": e.spec / floor[k]})
+                             "ratio2": e.spectral / floor[k]})
                 bar.update(1)
     bar.close()
 

@@ -578,7 +578,7 @@ CLAIM_NOTES: tuple[tuple[str, str, ClaimNote], ...] = (
 
 #: the thesis text discrepancies found while reproducing (shown in their own section)
 ERRATA: tuple[tuple[str, str], ...] = (
-    ("Sec. 2.2.2, sparse sign embedding", _SPARSE_SIGN + " (rdr_jax/sketching.py)."),
+    ("Sec. 2.2.3, sparse sign embedding", _SPARSE_SIGN + " (rdr_jax/sketching.py)."),
     ("Thm 3.1 (thm:space_agnostic_bounds)",
      "the distortion constants are stated only up to order; with eps1 = sqrt(k/l), "
      "eps2 = sqrt(l/(r-k)) as in the figures the upper bound can miss at l = 1.6k, q = 0. "

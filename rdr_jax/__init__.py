@@ -1,56 +1,28 @@
 """rdr_jax: randomized dimension reduction with statistical guarantees, in JAX.
 
-Foundations (this package's top level):
+Main functions (the key is always the first argument):
 
-* :func:`as_operator` and :mod:`rdr_jax.operators` -- the linear-operator protocol
-  (dense, scipy.sparse, BCOO, implicit, factored);
-* :mod:`rdr_jax.sketching` -- Gaussian, SRTT and sparse sign embeddings and their choice
-  objects (``Gaussian()``, ``SRTT()``, ``SparseSign(zeta)``);
-* :func:`rangefinder`, :func:`range_sketch`, :func:`rsvd` -- randomized rangefinder/SVD
-  with (stable or plain) power iterations;
-* :mod:`rdr_jax.norms` -- randomized spectral/Frobenius norm estimators;
-* :mod:`rdr_jax.matrices` -- the thesis' test matrices (SNN, prescribed spectra, Kahan);
-* :mod:`rdr_jax.datasets` -- offline loaders (MNIST IDX, Matrix Market, YaleFace .mat,
-  scikit-learn digits).
-
-Chapter 2 (randomized pivoting ID/CUR), one module per responsibility:
-
-* :mod:`rdr_jax.id_cur.pivoting` -- the pivoting kernels (LUPP, CPQR, leverage scores, swaps, eta);
-* :mod:`rdr_jax.id_cur.selection` -- Algorithm ``algo:sketch_pivot_CUR_general``: the pivoting
-  choices (``LUPP()``, ``CPQR()``, ``DEIM()``, ``Leverage()``, ``SRCUR()``), :class:`Method`,
-  the thesis' seven variants, :func:`select_columns`, :func:`select_rows`,
-  :func:`select_skeletons`;
-* :mod:`rdr_jax.id_cur.decompositions` -- :func:`interpolative`, :func:`cur`, :func:`id_to_svd`;
-* :mod:`rdr_jax.id_cur.fixed_accuracy` -- blocked randomized LUPP to a tolerance;
-* :mod:`rdr_jax.id_cur.streaming` -- the one-pass Algorithm ``algo:sketch_pivot_CUR_online``;
-* :mod:`rdr_jax.diagnostics` -- exact errors, certificates, reference singular values
-  (host side);
-* :mod:`rdr_jax.certify` -- a posteriori error certificates with a stated probability for
-  any low-rank approximation (:func:`error_certificate`; beyond the thesis).
-
-Chapter 3 (canonical angles): :mod:`rdr_jax.angles`.
-
-Chapters 4-5 and their models (subpackages imported on their own, ``import rdr_jax.dac``):
-
-* :mod:`rdr_jax.dac` -- data augmentation consistency (linear theory, two-layer and deep
-  DAC vs DA-ERM);
-* :mod:`rdr_jax.adawac` -- AdaWAC (the beta mirror-ascent optax transform, segmentation
-  data, losses, metrics, training);
-* :mod:`rdr_jax.models` -- the Flax NNX models (Ch. 4 classifiers, Ch. 5 segmentation networks);
-* :mod:`rdr_jax.training` -- the functional training plumbing they share.
-
-API reference: ``python docs/build.py`` writes it to ``docs/api/`` (open ``index.html``).
+* Chapter 2, skeletons: :func:`interpolative`, :func:`interpolative_to_tolerance`, :func:`cur`,
+  :func:`select_columns`, :func:`select_rows`, :func:`select_skeletons`; options on a
+  :class:`Method` (pivoting :class:`LUPP`, :class:`CPQR`, :class:`DEIM`, :class:`Leverage`,
+  :class:`SRCUR`; sketches :class:`Gaussian`, :class:`SRTT`, :class:`SparseSign`); the pipeline
+  lives in :mod:`rdr_jax.id_cur`.
+* Rangefinder and SVD: :func:`rangefinder`, :func:`rsvd`; error bounds: :func:`error_bound`.
+* Chapter 3, canonical angles: :mod:`rdr_jax.angles`.
+* Chapters 4-5 (``pip install "rdr_jax[train]"``): :mod:`rdr_jax.dac`, :mod:`rdr_jax.adawac`,
+  :mod:`rdr_jax.models`, :mod:`rdr_jax.training`.
+* Inputs: :func:`as_operator` accepts dense arrays, scipy.sparse, BCOO, scipy LinearOperators,
+  implicit and factored operators (:mod:`rdr_jax.operators`).
 """
 
 from rdr_jax import datasets, matrices, norms, operators, sketching
 from rdr_jax import angles
 from rdr_jax import certify, diagnostics
 from rdr_jax import id_cur
-from rdr_jax.certify import ErrorCertificate, error_certificate
+from rdr_jax.certify import ErrorBound, error_bound
 from rdr_jax.id_cur.decompositions import (CUR, ColumnID, RowID, TwoSidedID, cur, id_to_svd,
-    interpolative)
-from rdr_jax.diagnostics import (Certificate, LowRankError, certificate, exact_singular_values,
-                                 lowrank_error)
+                                           interpolative, interpolative_to_tolerance)
+from rdr_jax.diagnostics import EtaBound, LowRankError, eta_bound, exact_singular_values, lowrank_error
 from rdr_jax.norms import frobenius_norm, spectral_norm, spectral_norm_upper
 from rdr_jax.operators import (
     DenseOperator,
@@ -79,7 +51,14 @@ from rdr_jax._src import deprecation as _deprecation
 _deprecation.install()
 
 
-def __getattr__(name):          # rdr_jax.selection & co. moved to rdr_jax.id_cur (0.2)
+def __getattr__(name):          # 0.1 names, one release of deprecation
+    renamed = {"ErrorCertificate": "ErrorBound", "Certificate": "EtaBound",
+               "certificate": "eta_bound"}
+    if name in renamed:
+        _deprecation.warn(f"rdr_jax.{name}", f"rdr_jax.{renamed[name]}")
+        return globals()[renamed[name]]
+    if name == "error_certificate":     # warns when called
+        return certify.error_certificate
     return _deprecation.moved_attribute(__name__, name)
 
 
@@ -88,8 +67,8 @@ __version__ = "0.2.0"
 __all__ = [
     "angles", "certify", "diagnostics", "id_cur", "datasets", "matrices", "norms", "operators", "sketching",
     "CUR", "ColumnID", "RowID", "TwoSidedID", "cur", "id_to_svd", "interpolative",
-    "ErrorCertificate", "error_certificate",
-    "Certificate", "LowRankError", "certificate", "exact_singular_values", "lowrank_error",
+    "interpolative_to_tolerance", "ErrorBound", "error_bound",
+    "EtaBound", "LowRankError", "eta_bound", "exact_singular_values", "lowrank_error",
     "frobenius_norm", "spectral_norm", "spectral_norm_upper",
     "DenseOperator", "FactoredOperator", "ImplicitOperator", "LinearOperator", "SparseOperator",
     "as_operator", "factored_operator", "implicit_operator",

@@ -1,72 +1,9 @@
-"""A posteriori error certificates for any low-rank approximation (beyond the thesis).
+"""A posteriori error bounds for any low-rank approximation (beyond the thesis).
 
-The thesis certifies a skeleton selection by ``eta`` (Thm
-``thm:pivoting_on_rangeapprox_error_bound``): ``||A - C C^+ A|| <= eta ||A - A W^+ W||``.
-That bound always holds but is loose (60-100x the true error on the Ch. 2 test matrices).
-This module certifies the error ``E = A - A_hat`` of *any* approximation ``A_hat = F G H^H``
-(ID, CUR, rSVD or user factors) from ``s`` extra Gaussian test vectors, with an upper bound
-that holds with a stated probability ``1 - delta`` and is typically within 2x of the truth.
-
-Setting. ``Omega = [omega_1, ..., omega_s]`` (n x s) with i.i.d. standard Gaussian entries
-(complex Gaussian ``(g + i g')/sqrt(2)`` for complex A; drawn by the counter-based
-generator :func:`rdr_jax.sketching.hash_normal`), independently of ``A_hat``;
-``Y = E Omega = A Omega - F (G (H^H Omega))`` costs one product of A with s vectors (never
-densifying an operator). Write ``E = sum_j sigma_j u_j v_j^H``.
-
-**Frobenius estimate.** ``||E omega||^2 = sum_j sigma_j^2 |v_j^H omega|^2``, so
-``X = ||Y||_F^2 / s = sum_j sigma_j^2 Q_j`` with ``Q_j`` i.i.d. ``chi^2_nu / nu``
-(``nu = s`` real, ``2s`` complex): ``E X = ||E||_F^2`` (Hutchinson; Halko, Martinsson and
-Tropp 2011, Sec. 4.3; Gratton and Titley-Peloquin 2018). ``fro_estimate = sqrt(X)``.
-
-**Frobenius bound** (a Chernoff bound; the rank-one error is the worst case). With weights
-``w_j = sigma_j^2 / ||E||_F^2`` (summing to 1) and any ``theta > 0``,
-
-    P(X <= tau ||E||_F^2) <= e^{theta tau} prod_j E e^{-theta w_j Q_j}
-                          =  e^{theta tau} prod_j (1 + 2 theta w_j / nu)^{-nu/2}
-                          <= e^{theta tau} (1 + 2 theta / nu)^{-nu/2},
-
-the last step because ``w -> log(1 + a w)`` is concave with value 0 at 0, hence subadditive:
-``sum_j log(1 + a w_j) >= log(1 + a)``. Minimising over theta (at ``1 + 2 theta/nu = 1/tau``)
-gives, for ``0 < tau < 1``,
-
-    P(X <= tau ||E||_F^2) <= (tau e^{1 - tau})^{nu/2}.                              (F)
-
-Setting the right-hand side to delta, ``tau = -W_0(-delta^{2/nu} / e)`` (principal branch of
-Lambert's W), and ``fro_bound = sqrt(X / tau) >= ||E||_F`` with probability >= 1 - delta,
-for every spectrum. (For a rank-one E, (F) is the Chernoff bound of ``chi^2_nu``, so it is
-within a small factor of exact: ``s = 20``, ``delta = 0.01`` gives ``1/sqrt(tau) = 1.77``
-against 1.56 from the exact chi-square quantile.)
-
-**Spectral bound** (exact in the rank-one case). ``||Y||_F^2 >= sigma_1^2 sum_i |v_1^H
-omega_i|^2 = sigma_1^2 T`` with ``T ~ chi^2_nu / (nu / s)`` whatever the rest of E is, so
-
-    P(||Y||_F^2 <= q ||E||_2^2) <= P(T <= q) = delta   for q the delta-quantile of T,   (S)
-
-and ``spec_bound = ||Y||_F / sqrt(q)`` is an upper bound on ``||E||_2`` with probability
->= 1 - delta. It never exceeds ``fro_bound``: (F) is a Chernoff bound on the rank-one case,
-whose exact quantile q is larger, ``q >= tau s``. (This improves Halko et al.'s Lemma 4.1, which bounds through
-``max_i ||E omega_i||`` and ``P(|g| <= t) <= t sqrt(2/pi)``.) For errors of high numerical
-rank ``r`` the spectral bound exceeds ``||E||_2`` by up to ``~sqrt(r)``: test vectors see the
-Frobenius mass, not the top direction; the ratios are reported by
-``experiments/bench_certificate.py``.
-
-**Spectral estimate.** ``power_iters=0``: ``spec_estimate = sigma_max(Y) / sqrt(s)`` (the
-root of the top eigenvalue of the sample covariance ``Y Y^H / s``, whose mean is
-``E E^H``; exact for rank one as s grows, biased up for flat errors). ``power_iters >= 1``
-adds a Rayleigh-Ritz step per iteration, ``Q = orth(Y)``, ``B = E^H Q``, ``Y <- E B``:
-``spec_estimate = sigma_max(B) <= ||E||_2`` is then a guaranteed *lower* bound, so
-``[spec_estimate, spec_bound]`` brackets ``||E||_2`` (two more passes over A each).
-
-**Norm lower bound** (for relative tolerances). The same argument on the upper tail (with
-``w -> -log(1 - a w)`` convex, hence superadditive) gives, for ``tau' > 1``,
-``P(||A Omega||_F^2 / s >= tau' ||A||_F^2) <= (tau' e^{1 - tau'})^{nu/2}``, so
-``||A||_F >= sqrt(X_A / tau')`` with probability >= 1 - delta for
-``tau' = -W_{-1}(-delta^{2/nu} / e)``. :mod:`rdr_jax.id_cur.fixed_accuracy` uses it for implicit
-operators, whose ``||A||_F`` is not known.
-
-Public: :func:`error_certificate` -> :class:`ErrorCertificate`; the factors
-:func:`fro_factor`, :func:`spec_quantile`, :func:`norm_factor` (host floats) for callers that
-certify inside their own loops.
+:func:`error_bound` bounds ``||A - A_hat||`` in the Frobenius and spectral norms from a few
+Gaussian test vectors, with a stated failure probability; the derivation is in
+``docs/error-bounds.md``. The thesis' own certificate, ``eta`` (Theorem 2.1), bounds a skeleton
+selection relative to its sketch and is loose (60-100x the true error in Ch. 2's tests).
 """
 
 from __future__ import annotations
@@ -84,44 +21,62 @@ import scipy.special
 import scipy.stats
 
 from rdr_jax._src import jit as _jit
+from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
 from rdr_jax.diagnostics import low_rank_factors
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
 from rdr_jax.sketching import hash_normal
 
-__all__ = ["ErrorCertificate", "error_certificate", "certify_factors", "certify_result",
-           "CERT_STREAM", "fro_factor",
-           "spec_quantile", "norm_factor", "chernoff_root", "check_delta", "min_vectors", "DEFAULT_NUM_VECTORS", "MAX_LOOSENESS"]
+__all__ = ["ErrorBound", "error_bound", "certify_factors", "fro_factor", "spec_quantile",
+           "norm_factor", "chernoff_root", "check_failure_prob", "min_vectors", "DEFAULT_NUM_VECTORS",
+           "MAX_LOOSENESS"]
 
 #: default number of Gaussian test vectors: with delta = 0.01 the Frobenius bound is at most
 #: 1.77x the estimate (1/sqrt(tau) of (F)), so its median ratio to the truth is below 2.
 DEFAULT_NUM_VECTORS = 20
 #: a certificate looser than this factor (bound / estimate, Frobenius) is refused as
-#: uninformative: :func:`error_certificate` asks for more test vectors instead.
+#: uninformative: ``error_certificate`` asks for more test vectors instead.
 MAX_LOOSENESS = 10.0
 
 
-class ErrorCertificate(NamedTuple):
-    """A posteriori certificate of ``||A - A_hat||`` (see the module docstring).
+class ErrorBound(NamedTuple):
+    """An a posteriori bound on the error ``E = A - A_hat`` in both norms.
 
     Attributes:
-      fro_estimate: ``sqrt(||E Omega||_F^2 / s)``; its square is unbiased for ``||E||_F^2``.
-      fro_bound: ``>= ||E||_F`` with probability >= 1 - delta (Eq. (F)).
-      spec_estimate: estimate of ``||E||_2`` (a guaranteed lower bound when
-        ``power_iters >= 1``).
-      spec_bound: ``>= ||E||_2`` with probability >= 1 - delta (Eq. (S)); never above
-        ``fro_bound``.
-      norm_estimate: ``sqrt(||A Omega||_F^2 / s)``, an unbiased-in-square estimate of
-        ``||A||_F`` from the same vectors (for relative errors).
-      delta: the failure probability each bound was computed for.
+      fro: ``>= ||E||_F`` with probability ``>= 1 - failure_prob``.
+      spectral: ``>= ||E||_2`` with probability ``>= 1 - failure_prob``; never above ``fro``.
+      fro_estimate: ``sqrt(||E Omega||_F^2 / s)``, unbiased in square for ``||E||_F^2``.
+      spectral_estimate: an estimate of ``||E||_2`` (a lower bound when ``power_iters >= 1``).
+      norm_estimate: the same estimate of ``||A||_F`` (for relative errors).
+      failure_prob: the failure probability of each bound.
     """
 
+    fro: jax.Array
+    spectral: jax.Array
     fro_estimate: jax.Array
-    fro_bound: jax.Array
-    spec_estimate: jax.Array
-    spec_bound: jax.Array
+    spectral_estimate: jax.Array
     norm_estimate: jax.Array
-    delta: jax.Array
+    failure_prob: jax.Array
+
+    @property
+    def fro_bound(self):        # 0.1 name
+        DEP.warn("ErrorBound.fro_bound", "ErrorBound.fro")
+        return self.fro
+
+    @property
+    def spec_bound(self):       # 0.1 name
+        DEP.warn("ErrorBound.spec_bound", "ErrorBound.spectral")
+        return self.spectral
+
+    @property
+    def spec_estimate(self):    # 0.1 name
+        DEP.warn("ErrorBound.spec_estimate", "ErrorBound.spectral_estimate")
+        return self.spectral_estimate
+
+    @property
+    def delta(self):            # 0.1 name
+        DEP.warn("ErrorBound.delta", "ErrorBound.failure_prob")
+        return self.failure_prob
 
 
 # --------------------------------------------------------------------------------------
@@ -179,8 +134,8 @@ def chernoff_root(nu, log_delta, *, upper: bool):
     return lo if not upper else hi      # the conservative end: smaller tau, larger tau'
 
 
-def check_delta(delta: Any, name: str = "delta") -> float:
-    """``delta`` as a float in (0, 1) (a failure probability), else ValueError/TypeError."""
+def check_failure_prob(delta: Any, name: str = "failure_prob") -> float:
+    """A failure probability as a float in (0, 1), else ValueError/TypeError."""
     if isinstance(delta, (bool, np.bool_)) or not isinstance(delta, (numbers.Real,)):
         raise TypeError(f"{name} must be a float in (0, 1) (a failure probability); got "
                         f"{type(delta).__name__} {delta!r}")
@@ -252,8 +207,8 @@ def _top_singular(X, rdt):
 
 
 def certify_factors(key, op: LinearOperator, F, G, H, num_vectors: int, delta: float,
-                    power_iters: int = 0) -> ErrorCertificate:
-    """Traceable core of :func:`error_certificate` (no validation; ``num_vectors``,
+                    power_iters: int = 0) -> ErrorBound:
+    """Traceable core of :func:`error_bound` (no validation; ``num_vectors``,
     ``delta`` and ``power_iters`` static). Usable inside other jitted pipelines."""
     n = op.shape[1]
     s = num_vectors
@@ -281,21 +236,14 @@ def certify_factors(key, op: LinearOperator, F, G, H, num_vectors: int, delta: f
                 Z = op.matmat(B) - _lowrank_apply(F, G, H, B)
         spec_est = _top_singular(B, rdt)
     spec_est = jnp.minimum(spec_est, spec_bound)
-    return ErrorCertificate(fro_est.astype(rdt), fro_bound.astype(rdt), spec_est.astype(rdt),
-                            spec_bound.astype(rdt), (ac * jnp.sqrt(a2 / s)).astype(rdt),
-                            jnp.asarray(delta, rdt))
+    return ErrorBound(fro_bound.astype(rdt), spec_bound.astype(rdt), fro_est.astype(rdt),
+                      spec_est.astype(rdt), (ac * jnp.sqrt(a2 / s)).astype(rdt),
+                      jnp.asarray(delta, rdt))
 
 
-#: decompositions draw their certificate's vectors from ``fold_in(key, CERT_STREAM)``, a
-#: stream they never use themselves, so the vectors are independent of the factors
+#: a stream the decompositions never use for themselves: the certified fixed-accuracy loop
+#: draws its test vectors from ``fold_in(key, CERT_STREAM)``, independent of the factors
 CERT_STREAM = 0x5EED
-
-
-def certify_result(key, op: LinearOperator, factors, delta: float) -> ErrorCertificate:
-    """The certificate a decomposition attaches to its result (``confidence=``): the
-    decomposition's own ``key`` folded with :data:`CERT_STREAM`, default test vectors."""
-    return certify_factors(jax.random.fold_in(key, CERT_STREAM), op, *factors,
-                           DEFAULT_NUM_VECTORS, delta)
 
 
 @functools.partial(_jit.jit, static_argnames=("cfg",))
@@ -309,62 +257,42 @@ def check_num_vectors(num_vectors: Any, delta: float, complex_: bool = False) ->
     need = min_vectors(delta, complex_)
     if s < need:
         raise ValueError(
-            f"num_vectors = {s} test vectors are too few for delta = {delta:g}: the bound "
+            f"num_vectors = {s} test vectors are too few for failure_prob = {delta:g}: the bound "
             f"would exceed the estimate by more than {MAX_LOOSENESS:g}x "
             f"(1/sqrt(tau) = {1 / math.sqrt(fro_factor(s, delta, complex_)):.3g}); use "
             f"num_vectors >= {need} (default {DEFAULT_NUM_VECTORS})")
     return s
 
 
-def error_certificate(key, A: Any, approx, *, delta: float = 0.01,
-                      num_vectors: int = DEFAULT_NUM_VECTORS,
-                      power_iters: int = 0) -> ErrorCertificate:
-    """Certified upper bounds on ``||A - A_hat||_F`` and ``||A - A_hat||_2`` that hold with
-    probability at least ``1 - delta``, from ``num_vectors`` Gaussian test vectors.
+def error_bound(key, A: Any, approx, *, failure_prob: float = 0.01,
+                num_vectors: int = DEFAULT_NUM_VECTORS, power_iters: int = 0) -> ErrorBound:
+    """Upper bounds on ``||A - A_hat||_F`` and ``||A - A_hat||_2`` that each hold with
+    probability ``>= 1 - failure_prob``, from ``num_vectors`` Gaussian test vectors.
 
-    ``X = ||(A - A_hat) Omega||_F^2 / s`` with ``Omega`` (n x s) standard Gaussian, drawn
-    from ``key`` independently of ``A_hat``; then (module docstring)
-
-    * ``fro_bound = sqrt(X / tau)``, ``tau = -W_0(-delta^{2/s} / e)`` -- the Chernoff bound
-      ``P(X <= tau ||E||_F^2) <= (tau e^{1 - tau})^{s/2}``, worst case rank one;
-    * ``spec_bound = sqrt(s X / q)``, q the delta-quantile of ``chi^2_s`` -- because
-      ``s X >= sigma_1^2 chi^2_s`` for every E (never above ``fro_bound``).
-
-    Not a thesis result: the thesis' certificate is ``eta`` (Thm
-    ``thm:pivoting_on_rangeapprox_error_bound``), which these bounds complement (cf. Halko,
-    Martinsson and Tropp 2011, Sec. 4.3; Gratton and Titley-Peloquin 2018; Martinsson and
-    Tropp 2020, Sec. 12 on a posteriori error estimation).
-
-    Works for every operator :func:`rdr_jax.as_operator` accepts (dense, sparse, implicit,
-    factored) without densifying it: the cost is one product of A with an n x s block plus
-    ``O((m + n) r s)`` for the factors. Pure: works under ``jax.jit`` (``delta``,
-    ``num_vectors``, ``power_iters`` static) and ``jax.vmap`` over keys.
+    ``fro = sqrt(X / tau)`` with ``X = ||E Omega||_F^2 / s`` and ``tau`` from a Chernoff bound
+    (worst case rank one); ``spectral = sqrt(s X / q)`` with q the ``failure_prob``-quantile of
+    ``chi^2_s``. Derivation: ``docs/error-bounds.md``. Beyond the thesis (it complements
+    ``eta``, Theorem 2.1); cf. Halko, Martinsson and Tropp (2011), Sec. 4.3. Why: a certificate
+    for any approximation at the cost of one product of A with s vectors, no densifying.
 
     Args:
-      key: ``jax.random.key``; must be independent of the one that built ``approx``.
+      key: ``jax.random.key``, independent of the one that built ``approx``.
       A: m x n matrix or operator.
-      approx: an ID/CUR result (``.factors()``), an :class:`rdr_jax.RSVD`, or a tuple
-        ``(F, G, H)`` with ``A_hat = F G H^H`` (G may be None).
-      delta: failure probability in (0, 1) of each bound.
-      num_vectors: s, the number of test vectors (>= :func:`rdr_jax.certify.min_vectors`
-        (delta): fewer make the bound more than 10x the estimate and raise).
-      power_iters: Rayleigh-Ritz steps for ``spec_estimate`` (0: none; each costs two more
-        passes over A and makes ``spec_estimate`` a guaranteed lower bound).
+      approx: an ID/CUR/RSVD result or a tuple ``(F, G, H)`` with ``A_hat = F G H^H``
+        (G may be None).
+      failure_prob: in (0, 1), for each bound.
+      num_vectors: test vectors s (too few for ``failure_prob`` raise: the bound would exceed
+        the estimate by more than 10x).
+      power_iters: Rayleigh-Ritz steps for ``spectral_estimate`` (two passes each).
 
     Returns:
-      :class:`ErrorCertificate` ``(fro_estimate, fro_bound, spec_estimate, spec_bound,
-      norm_estimate, delta)``, jax scalars in A's real dtype.
-
-    Raises:
-      ValueError: delta outside (0, 1), too few test vectors for delta, an approximation
-        whose factors do not fit A's shape, power_iters < 0.
-
-    Example:
-      >>> d = rdr_jax.cur(jax.random.key(0), A, 50)
-      >>> c = rdr_jax.error_certificate(jax.random.key(1), A, d, delta=0.01)
-      >>> float(c.fro_bound)       # >= ||A - CUR||_F with probability >= 0.99
+      :class:`ErrorBound`, scalars in A's real dtype; jit (options static) and vmap-able.
     """
-    delta = check_delta(delta)
+    return _error_bound(key, A, approx, failure_prob, num_vectors, power_iters)
+
+
+def _error_bound(key, A, approx, failure_prob, num_vectors, power_iters):
+    delta = check_failure_prob(failure_prob)
     key = V.check_key(key)
     op = as_operator(A)
     cplx = np.dtype(op.dtype).kind == "c"
@@ -375,3 +303,20 @@ def error_certificate(key, A: Any, approx, *, delta: float = 0.01,
     F, H = F.astype(dt), H.astype(dt)
     G = None if G is None else jnp.asarray(G).astype(dt)
     return _certificate_jit(key, op, F, G, H, _CertConfig(s, delta, p))
+
+
+def error_certificate(key, A: Any, approx, *, delta: float = 0.01,
+                      num_vectors: int = DEFAULT_NUM_VECTORS, power_iters: int = 0):
+    """Deprecated (0.2): :func:`error_bound` with ``failure_prob=delta``."""
+    DEP.warn("rdr_jax.error_certificate(delta=...)", "rdr_jax.error_bound(failure_prob=...)")
+    return _error_bound(key, A, approx, delta, num_vectors, power_iters)
+
+
+def __getattr__(name):
+    if name == "ErrorCertificate":
+        DEP.warn("rdr_jax.certify.ErrorCertificate", "rdr_jax.ErrorBound")
+        return ErrorBound
+    if name == "check_delta":
+        DEP.warn("rdr_jax.certify.check_delta", "rdr_jax.certify.check_failure_prob")
+        return check_failure_prob
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

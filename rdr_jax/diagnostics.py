@@ -7,8 +7,9 @@ NamedTuples and are meant for experiments, tests and reports, not for use inside
 
 * :func:`lowrank_error` -- ``||A - A_hat||_F`` and ``||A - A_hat||_2`` for a low-rank
   ``A_hat = F G H^H`` (exact for dense, small sparse and factored A; estimated otherwise).
-* :func:`certificate` -- the bound of Thm ``thm:pivoting_on_rangeapprox_error_bound``,
-  ``||A - C C^+ A|| <= eta ||A - A W^+ W||``, in both norms.
+* :func:`eta_bound` -- the bound of thesis Theorem 2.1,
+  ``||A - C C^+ A|| <= eta ||A - A W^+ W||``, in both norms (a check of the theorem; the
+  a posteriori bound of an approximation is :func:`rdr_jax.error_bound`).
 * :func:`exact_singular_values` -- all singular values of a small or factored matrix.
 """
 
@@ -21,36 +22,52 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rdr_jax._src import deprecation as DEP
+from rdr_jax._src import linalg as L
 from rdr_jax._src import validation as V
 from rdr_jax import norms
-from rdr_jax.operators import (HIGHEST, DenseOperator, FactoredOperator, LinearOperator,
-                               SparseOperator, as_operator, implicit_operator)
+from rdr_jax.operators import (FactoredOperator, LinearOperator,
+                               as_operator, implicit_operator)
 from rdr_jax.randomized_svd import RSVD
 
-__all__ = ["LowRankError", "Certificate", "lowrank_error", "certificate",
+__all__ = ["LowRankError", "EtaBound", "lowrank_error", "eta_bound",
            "exact_singular_values", "factor_core", "low_rank_factors"]
 
 
 class LowRankError(NamedTuple):
-    """``fro = ||A - A_hat||_F``, ``spec = ||A - A_hat||_2``, ``relative_fro = fro /
+    """``fro = ||A - A_hat||_F``, ``spectral = ||A - A_hat||_2``, ``relative_fro = fro /
     ||A||_F`` and whether the values are exact (``False``: randomized estimates)."""
 
     fro: float
-    spec: float
+    spectral: float
     relative_fro: float
     exact: bool
 
+    @property
+    def spec(self):             # 0.1 name
+        DEP.warn("LowRankError.spec", "LowRankError.spectral")
+        return self.spectral
 
-class Certificate(NamedTuple):
-    """Thm ``thm:pivoting_on_rangeapprox_error_bound`` for a column selection:
-    ``||A - C C^+ A||_xi <= eta * residual_xi`` with ``residual = ||A - A W^+ W||``;
-    ``fro``/``spec`` are the two bounds."""
+
+class EtaBound(NamedTuple):
+    """Thesis Theorem 2.1 for a column selection: ``||A - C C^+ A||_xi <= eta * residual_xi``
+    with ``residual = ||A - A W^+ W||``; ``fro``/``spectral`` are the two bounds."""
 
     fro: float
-    spec: float
+    spectral: float
     eta: float
     residual_fro: float
-    residual_spec: float
+    residual_spectral: float
+
+    @property
+    def spec(self):             # 0.1 name (Certificate.spec)
+        DEP.warn("Certificate.spec", "EtaBound.spectral")
+        return self.spectral
+
+    @property
+    def residual_spec(self):    # 0.1 name
+        DEP.warn("Certificate.residual_spec", "EtaBound.residual_spectral")
+        return self.residual_spectral
 
 
 def _wide(dtype):
@@ -68,9 +85,8 @@ def factor_core(F: LinearOperator, dense_limit: int = 1 << 25) -> np.ndarray:
     """
     wide = _wide(F.dtype)
     m, r = F.shape
-    if m * r <= dense_limit or not isinstance(F, SparseOperator):
-        D = F.to_scipy().toarray() if isinstance(F, SparseOperator) else np.asarray(F.todense())
-        return np.linalg.qr(D.astype(wide), mode="r")
+    if m * r <= dense_limit or not F.explicit or F.dense:
+        return np.linalg.qr(F.to_numpy().astype(wide), mode="r")
     S = F.to_scipy().astype(wide)
     w, Q = np.linalg.eigh((S.conj().T @ S).toarray())
     return np.sqrt(np.clip(w, 0, None))[:, None] * Q.conj().T
@@ -93,8 +109,7 @@ def exact_singular_values(A: Any) -> np.ndarray:
 
 
 def _dense64(op: LinearOperator) -> np.ndarray:
-    D = op.to_scipy().toarray() if isinstance(op, SparseOperator) else np.asarray(op.todense())
-    return D.astype(_wide(op.dtype))
+    return op.to_numpy().astype(_wide(op.dtype))
 
 
 def low_rank_factors(approx, shape) -> tuple:
@@ -129,12 +144,17 @@ def _check_relative(err: LowRankError, what: str) -> LowRankError:
         warnings.warn(
             f"{what}: ||A - A_hat||_F = {err.fro:.4g} exceeds ||A||_F (relative error "
             f"{err.relative_fro:.4g} > 1): A_hat is no better than zero -- it is probably an "
-            "approximation of another matrix", RuntimeWarning, stacklevel=3)
+            "approximation of another matrix", RuntimeWarning, stacklevel=V.user_stacklevel())
     return err
 
 
+def _num_matvecs_kwarg(args, kwargs, old):
+    return args, DEP.renamed_kwargs(kwargs | old, {"num_matvecs": "num_vectors"}, "lowrank_error")
+
+
+@DEP.with_deprecated_kwargs(_num_matvecs_kwarg)
 def lowrank_error(A: Any, approx, *, key=None, dense_limit: int = 1 << 26,
-                  num_matvecs: int = 40) -> LowRankError:
+                  num_vectors: int = 40) -> LowRankError:
     """``||A - A_hat||_F`` and ``||A - A_hat||_2`` for a low-rank ``A_hat = F G H^H``
     (host-side diagnostic, float64).
 
@@ -163,14 +183,13 @@ def lowrank_error(A: Any, approx, *, key=None, dense_limit: int = 1 << 26,
     op = as_operator(A)
     F, G, H = low_rank_factors(approx, op.shape)
     if _traced(op, F, G, H):
-        return _traced_error(op, F, G, H, key, dense_limit, num_matvecs)
+        return _traced_error(op, F, G, H, key, dense_limit, num_vectors)
     if isinstance(op, FactoredOperator):
         out = _factored_error(op, F, G, H)
         if out is not None:
             return _check_relative(out, "lowrank_error")
     m, n = op.shape
-    if isinstance(op, DenseOperator) or (m * n <= dense_limit and not isinstance(
-            op, FactoredOperator)):
+    if op.dense or (m * n <= dense_limit and not isinstance(op, FactoredOperator)):
         wide = _wide(op.dtype)
         Ad = _dense64(op)
         Ah = np.asarray(F, wide)
@@ -188,21 +207,17 @@ def lowrank_error(A: Any, approx, *, key=None, dense_limit: int = 1 << 26,
     Gm = jnp.eye(F.shape[1], dtype=F.dtype) if G is None else G
 
     def mv(X):
-        return op.matmat(X) - _mm(F, _mm(Gm, _mm(H.conj().T, X)))
+        return op.matmat(X) - L.mm(F, L.mm(Gm, L.mm(H.conj().T, X)))
 
     def rmv(Y):
-        return op.rmatmat(Y) - _mm(H, _mm(Gm.conj().T, _mm(F.conj().T, Y)))
+        return op.rmatmat(Y) - L.mm(H, L.mm(Gm.conj().T, L.mm(F.conj().T, Y)))
 
     E = implicit_operator(mv, rmv, op.shape, op.dtype)
     k1, k2, k3 = jax.random.split(V.check_key(key), 3)
-    fro = float(norms.frobenius_norm(k1, E, num_matvecs=num_matvecs))
-    a = float(norms.frobenius_norm(k3, op, num_matvecs=num_matvecs))
+    fro = float(norms.frobenius_norm(k1, E, num_vectors=num_vectors))
+    a = float(norms.frobenius_norm(k3, op, num_vectors=num_vectors))
     return _check_relative(LowRankError(fro, float(norms.spectral_norm(k2, E)),
                                         fro / a if a > 0 else np.inf, False), "lowrank_error")
-
-
-def _mm(a, b):
-    return jnp.matmul(a, b, precision=HIGHEST)
 
 
 def _traced(*trees) -> bool:
@@ -214,14 +229,14 @@ def _scaled_fro(E):
     return s * jnp.linalg.norm(E / jnp.where(s > 0, s, 1.0))
 
 
-def _traced_error(op, F, G, H, key, dense_limit, num_matvecs) -> LowRankError:
+def _traced_error(op, F, G, H, key, dense_limit, num_vectors) -> LowRankError:
     """``lowrank_error`` inside the caller's jit/vmap: the same quantities as jax scalars in
     the working precision (dense for ``m n <= dense_limit``, else randomized with ``key``)."""
     m, n = op.shape
-    Ah = F if G is None else _mm(F, G)
+    Ah = F if G is None else L.mm(F, G)
     if m * n <= dense_limit:
         Ad = op.todense()
-        E = Ad - _mm(Ah, H.conj().T)
+        E = Ad - L.mm(Ah, H.conj().T)
         fro = _scaled_fro(E)
         spec = jnp.linalg.norm(E / jnp.maximum(jnp.max(jnp.abs(E)), jnp.finfo(E.dtype).tiny),
                                2) * jnp.max(jnp.abs(E))
@@ -229,13 +244,13 @@ def _traced_error(op, F, G, H, key, dense_limit, num_matvecs) -> LowRankError:
         return LowRankError(fro, spec, fro / a, True)
     if key is None:
         raise ValueError("A is too large to densify: pass key= for a randomized estimate")
-    E = implicit_operator(lambda X: op.matmat(X) - _mm(Ah, _mm(H.conj().T, X)),
-                          lambda Y: op.rmatmat(Y) - _mm(H, _mm(Ah.conj().T, Y)),
+    E = implicit_operator(lambda X: op.matmat(X) - L.mm(Ah, L.mm(H.conj().T, X)),
+                          lambda Y: op.rmatmat(Y) - L.mm(H, L.mm(Ah.conj().T, Y)),
                           op.shape, op.dtype)
     k1, k2, k3 = jax.random.split(V.check_key(key), 3)
-    fro = norms.frobenius_norm(k1, E, num_matvecs=num_matvecs)
+    fro = norms.frobenius_norm(k1, E, num_vectors=num_vectors)
     return LowRankError(fro, norms.spectral_norm(k2, E),
-                        fro / norms.frobenius_norm(k3, op, num_matvecs=num_matvecs), False)
+                        fro / norms.frobenius_norm(k3, op, num_vectors=num_vectors), False)
 
 
 def _factor_coords(Fop: LinearOperator, X: np.ndarray):
@@ -259,7 +274,7 @@ def _factored_error(op: FactoredOperator, F, G, H):
         if nx > 0 and out > 1e-6 * nx:
             warnings.warn(f"lowrank_error: the approximation's {name} factor is not in the "
                           "range of A's factor; using the randomized estimate",
-                          RuntimeWarning, stacklevel=3)
+                          RuntimeWarning, stacklevel=V.user_stacklevel())
             return None
     K = (ML * np.asarray(op.d, wide)[None, :]) @ MR.conj().T
     Gm = np.eye(F.shape[1]) if G is None else np.asarray(G, wide)
@@ -270,9 +285,8 @@ def _factored_error(op: FactoredOperator, F, G, H):
                         True)
 
 
-def certificate(A: Any, selection, *, key=None) -> Certificate:
-    """The bound of Thm ``thm:pivoting_on_rangeapprox_error_bound`` in both norms
-    (host-side diagnostic).
+def eta_bound(A: Any, selection, *, key=None) -> EtaBound:
+    """The bound of thesis Theorem 2.1 in both norms (host-side diagnostic).
 
     For a column selection (:class:`rdr_jax.id_cur.selection.ColumnSelection`, or anything with
     ``cols``, ``W`` (k x n) and ``eta``): ``||A - C C^+ A|| <= eta ||A - A W^+ W||`` with
@@ -289,12 +303,15 @@ def certificate(A: Any, selection, *, key=None) -> Certificate:
         identity (not an interpolation matrix), or whose bound is violated.
 
     Returns:
-      :class:`Certificate` ``(fro, spec, eta, residual_fro, residual_spec)``: Python floats,
+      :class:`EtaBound` ``(fro, spectral, eta, residual_fro, residual_spectral)``: floats,
       or jax scalars inside the caller's jit/vmap (then without the checks above, which
       need concrete values).
     """
     op = as_operator(A)
     m, n = op.shape
+    if not all(hasattr(selection, f) for f in ("cols", "W", "eta")):
+        raise TypeError("selection must be a column selection with cols, W and eta (e.g. "
+                        f"rdr_jax.select_columns(...)); got {type(selection).__name__}")
     W = jnp.asarray(selection.W)
     if _traced(op, selection):
         # inside the caller's jit/vmap: the bound as jax scalars; the structural checks and
@@ -302,7 +319,7 @@ def certificate(A: Any, selection, *, key=None) -> Certificate:
         Q = jnp.linalg.qr(W.conj().T, mode="reduced")[0]
         r = lowrank_error(op, (op.matmat(Q), None, Q), key=key)
         eta = jnp.asarray(selection.eta)
-        return Certificate(eta * r.fro, eta * r.spec, eta, r.fro, r.spec)
+        return EtaBound(eta * r.fro, eta * r.spectral, eta, r.fro, r.spectral)
     cols = np.asarray(selection.cols)
     if W.ndim != 2 or W.shape[1] != n or cols.ndim != 1 or cols.size != W.shape[0] or (
             cols.size and (cols.min() < 0 or cols.max() >= n)):
@@ -319,8 +336,8 @@ def certificate(A: Any, selection, *, key=None) -> Certificate:
                          "certificate of this interpolation matrix")
     Q = jnp.linalg.qr(W.conj().T, mode="reduced")[0]
     r = lowrank_error(op, (op.matmat(Q), None, Q), key=key)
-    cert = Certificate(eta * r.fro, eta * r.spec, eta, r.fro, r.spec)
-    if isinstance(op, (DenseOperator, SparseOperator)) and m * n <= 1 << 26:
+    cert = EtaBound(eta * r.fro, eta * r.spectral, eta, r.fro, r.spectral)
+    if op.explicit and m * n <= 1 << 26:
         C = op.cols(jnp.asarray(cols))
         Qc = jnp.linalg.qr(C, mode="reduced")[0]
         true = lowrank_error(op, (Qc, None, op.rmatmat(Qc)), key=key)
@@ -329,3 +346,11 @@ def certificate(A: Any, selection, *, key=None) -> Certificate:
                 f"certificate violated: ||A - C C^+ A||_F = {true.fro:.4g} > bound "
                 f"{cert.fro:.4g}; the selection was not computed for this A")
     return cert
+
+
+def __getattr__(name):          # 0.1 names, one release of deprecation
+    new = {"Certificate": EtaBound, "certificate": eta_bound}.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    DEP.warn(f"rdr_jax.diagnostics.{name}", f"rdr_jax.diagnostics.{new.__name__}")
+    return new

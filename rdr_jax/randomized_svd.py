@@ -1,34 +1,19 @@
-"""Randomized rangefinder and randomized SVD (thesis Sec. ``subsec:rsvd``, Algorithm
-``algo:rsvd_power_iterations``).
-
-With an embedding ``Omega`` (l x n) the range sketch with q power iterations is
-
-* plain (thesis Eq. ``eq:def_power_iter``):  ``Y = (A A^H)^q A Omega^H``;
-* stable (Eq. ``eq:ortho_power_iter`` / ``eq:stable_power_iter``):
-  ``Y_0 = orth(A Omega^H)``, ``Y_i = orth(A orth(A^H Y_{i-1}))`` for i = 1..q,
-
-and ``Q = orth(Y)`` is an orthonormal basis approximating the leading left singular
-subspace. The plain form loses accuracy for ill-conditioned A when q > 1 (the columns of Y
-align with the top singular vector in floating point); the stable form re-orthonormalises
-after every half iteration at O(q (m + n) l^2) extra cost.
-
-The randomized SVD (Eq. ``eq:rsvd_procedures``) then takes the SVD of the small
-``Q^H A`` (l x n): ``Q^H A = U_t S V^H``, ``U = Q U_t``.
-
-For the *row* space (Chapter 2's row basis approximators, e.g. ``X = Gamma A`` or the
-"1piter" ``X = Gamma A A^H A``) use the adjoint operator:
-``range_sketch(key, as_operator(A).H, l, ...)`` returns ``X^H`` (n x l).
+"""Randomized rangefinder and randomized SVD (thesis Section 2.2.4, Algorithm 4) with plain
+or stable power iterations. Details: ``docs/id-cur.md`` ("Rangefinder and rSVD").
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rdr_jax._src import jit as _jit
+from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
 from rdr_jax._src.tallqr import CholeskyQR2, Householder, as_orthonormalizer, cholesky_qr2
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
@@ -59,8 +44,8 @@ def power_range(key, op: LinearOperator, l: int, sketch, power_iters: int, stabl
                 orthonormalize: Householder | CholeskyQR2 = _HOUSEHOLDER):
     """Traceable core of :func:`range_sketch` (no validation; ``sketch`` a choice object).
 
-    ``Y = (A A^H)^q A Omega^H`` (plain, Eq. ``eq:def_power_iter``) or, with ``stable``, the
-    same subspace re-orthonormalised after every half iteration (Eq. ``eq:ortho_power_iter``)
+    ``Y = (A A^H)^q A Omega^H`` (plain, Eq. (2.14)) or, with ``stable``, the
+    same subspace re-orthonormalised after every half iteration (Eq. (2.15))
     by ``orthonormalize`` (the m x l bases use it; the n x l ones of ``A^H Y`` too, with
     their row blocks).
     """
@@ -99,7 +84,7 @@ def _check_common(key, A, l, power_iters, sketch, orthonormalize="auto"):
 def range_sketch(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "gaussian",
                  stable: bool = True, orthonormalize: Any = "auto") -> jax.Array:
     """Range sketch ``Y`` (m x l) with q power iterations, not orthonormalised at the end
-    when ``stable=False`` (Eq. ``eq:def_power_iter``: ``Y = (A A^H)^q A Omega^H``).
+    when ``stable=False`` (Eq. (2.14): ``Y = (A A^H)^q A Omega^H``).
 
     Chapter 2's plain "1piter" row basis approximator ``X = Gamma A A^H A`` (l x n) is
     ``range_sketch(key, as_operator(A).H, l, power_iters=1, stable=False).conj().T``.
@@ -111,44 +96,25 @@ def range_sketch(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "ga
 
 def rangefinder(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "gaussian",
                 stable: bool = True, orthonormalize: Any = "auto") -> jax.Array:
-    """Orthonormal basis ``Q`` (m x l) of a randomized range sketch of ``A``.
-
-    Implements thesis Eqs. ``eq:def_power_iter`` (``stable=False``) and
-    ``eq:ortho_power_iter`` (``stable=True``). For a Gaussian sketch and ``l >= k + 2``,
-
-        ``E ||A - Q Q^H A||_F^2 <= (l - 1) / (l - k - 1) ||A - A_k||_F^2``
-
-    (Eq. ``eq:rand_rangefinder_error_bound``, Halko et al. 2011 Thm 10.5).
+    """Orthonormal basis ``Q`` (m x l) of a randomized range sketch of ``A`` (thesis Eqs.
+    (2.14)-(2.15)); for a Gaussian sketch ``E ||A - Q Q^H A||_F^2 <= (l - 1)/(l - k - 1)
+    ||A - A_k||_F^2`` (Halko et al. 2011, Thm 10.5). Why: the basis every randomized
+    low-rank method starts from.
 
     Args:
       key: ``jax.random.key``.
-      A: matrix or operator (dense, scipy.sparse, BCOO, implicit, factored), m x n.
+      A: m x n matrix or operator.
       l: sketch size, ``1 <= l <= min(m, n)`` (static).
       power_iters: q >= 0 (static).
-      sketch: ``"gaussian"``, ``"srtt"``, ``"sparse_sign"`` or a choice object
-        (:class:`rdr_jax.sketching.Gaussian`, ``SRTT``, ``SparseSign(zeta=4)``).
-      stable: re-orthonormalise every half iteration (default everywhere in rdr_jax);
-        ``False`` is the plain power iteration of Eq. ``eq:def_power_iter``.
-      orthonormalize: how the tall bases are orthonormalised: ``"householder"`` (thin
-        Householder QR), ``"cholesky_qr2"`` (adaptive shifted CholeskyQR3,
-        :func:`cholesky_qr2`: for a row-sharded A one all-reduce of the l x l Gram per
-        pass instead of gathering the m x l basis; needs ``cond(Y) <~ 1/u``), a choice
-        object (``Householder()``, ``CholeskyQR2(blocks=8)``), or ``"auto"`` (default):
-        CholeskyQR2 when A is a concrete jax array (or factored operator) whose rows are
-        sharded over several devices, Householder otherwise.
+      sketch: ``"gaussian"``, ``"srtt"``, ``"sparse_sign"`` or ``Gaussian()``, ``SRTT()``,
+        ``SparseSign(zeta)``.
+      stable: re-orthonormalise every half iteration (default); ``False`` is the plain
+        power iteration.
+      orthonormalize: ``"auto"`` (CholeskyQR2 for row-sharded A, else Householder),
+        ``"householder"``, ``"cholesky_qr2"`` or an object (``CholeskyQR2(blocks=8)``).
 
     Returns:
-      ``Q`` (m x l) with orthonormal columns, dtype of A. Differentiable (``jax.grad``)
-      with every sketch; one compiled function per shape/dtype/choice.
-
-    Raises:
-      ValueError/TypeError: bad ``A`` (non-2-D, NaN/Inf, integer dtype), ``l`` outside
-        ``[1, min(m, n)]``, negative ``power_iters``, unknown ``sketch`` or
-        ``orthonormalize``.
-
-    Example:
-      >>> Q = rangefinder(jax.random.key(0), A, 20, power_iters=1)
-      >>> err = jnp.linalg.norm(A - Q @ (Q.T @ A))
+      ``Q`` (m x l) with orthonormal columns; differentiable with every sketch.
     """
     key, op, l, q, sk, ortho = _check_common(key, A, l, power_iters, sketch, orthonormalize)
     return _range_jit(key, op, l, sk, q, bool(stable), True, ortho)
@@ -164,70 +130,86 @@ def _rsvd_jit(key, op, k, l, sketch, power_iters, stable, ortho=_HOUSEHOLDER):
     return RSVD(U[:, :k], s[:k], Vt[:k])
 
 
-class _RangeOptions(NamedTuple):
-    """Static range-finder options of :func:`rsvd` (one hashable jit argument)."""
+def _rsvd_kwargs(args, kwargs, old):
+    """0.1 keywords of :func:`rsvd`: ``l`` becomes ``oversample = l - k``; ``confidence``
+    (which made the result a pair) raises, naming :func:`rdr_jax.error_bound`."""
+    if old.get("confidence") is not None:
+        raise TypeError("rsvd(confidence=...) was removed in rdr_jax 0.2 (it made the result a "
+                        "pair): bound the error with rdr_jax.error_bound(key2, A, result, "
+                        "failure_prob=1 - confidence)")
+    old.pop("confidence", None)
+    if old.get("l") is not None:
+        l = old.pop("l")
+        k = args[2] if len(args) > 2 else kwargs.get("k")
+        DEP.warn("rsvd(l=...)", "rsvd(oversample=l - k)", stacklevel=5)
+        kwargs["oversample"] = V.check_int("l", l, low=1) - int(k)
+        if kwargs["oversample"] < 0:
+            raise ValueError(f"k must be <= l; got k = {k} > l = {l}")
+    old.pop("l", None)
+    if old:
+        raise TypeError(f"rsvd() got unexpected keyword argument(s) {sorted(old)}")
+    return args, kwargs
 
-    sketch: Any
-    power_iters: int
-    stable: bool
-    ortho: Any
+
+def auto_power_iters(k: int, shape) -> int:
+    """scikit-learn's ``n_iter="auto"`` rule: 7 when ``k < 0.1 min(m, n)``, else 4."""
+    return 7 if k < 0.1 * min(shape) else 4
 
 
-@functools.partial(_jit.jit, static_argnames=("k", "l", "opts", "delta"))
-def _rsvd_certified_jit(key, op, k, l, opts: _RangeOptions, delta):
-    from rdr_jax import certify as CE
-    res = _rsvd_jit(key, op, k, l, *opts)
-    factors = (res.U * res.s[None, :], None, res.Vt.conj().T)
-    return res, CE.certify_result(key, op, factors, delta)
+@DEP.with_deprecated_kwargs(_rsvd_kwargs)
+def rsvd(key, A: Any, k: int, *, oversample: int = 10, power_iters: int | str = 0,
+         sketch: Any = "gaussian", stable: bool = True, orthonormalize: Any = "auto") -> RSVD:
+    """Randomized truncated SVD (thesis Algorithm 4, Eq. (2.16)).
 
-
-def rsvd(key, A: Any, k: int, *, oversample: int = 10, l: int | None = None,
-         power_iters: int = 0, sketch: Any = "gaussian", stable: bool = True,
-         confidence: float | None = None, orthonormalize: Any = "auto"):
-    """Randomized truncated SVD (thesis Algorithm ``algo:rsvd_power_iterations``,
-    Eq. ``eq:rsvd_procedures``).
-
-    ``Q = rangefinder(key, A, l, ...)``; ``[U_t, S, V] = svd(Q^H A)``; return the leading k
-    triplets of ``(Q U_t, S, V^H)``.
+    ``Q = rangefinder(key, A, l)`` with ``l = min(k + oversample, m, n)``, then the SVD of
+    the small ``Q^H A``; the leading k triplets of ``(Q U_t, S, V^H)``. Why: two passes over A
+    (plus two per power iteration) instead of a full SVD.
 
     Args:
       key: ``jax.random.key``.
-      A: matrix or operator, m x n.
-      k: target rank (static), ``1 <= k <= l``.
-      oversample: ``l = min(k + oversample, min(m, n))`` when ``l`` is not given.
-      l: explicit sketch size (overrides ``oversample``), ``k <= l <= min(m, n)``.
-      power_iters, sketch, stable, orthonormalize: as :func:`rangefinder`.
-      confidence: None, or a probability in (0, 1): then also return an
-        :class:`rdr_jax.ErrorCertificate` of ``A - U diag(s) Vt`` (bounds on the Frobenius
-        and spectral errors that hold with probability >= confidence; 20 more Gaussian test
-        vectors, drawn from a stream the SVD never uses).
+      A: m x n matrix or operator.
+      k: target rank, an int (static); for a tolerance use
+        :func:`rdr_jax.interpolative_to_tolerance` and :func:`rdr_jax.id_to_svd`.
+      oversample: ``l - k``.
+      power_iters: q (static), or ``"auto"``: scikit-learn's rule (7 if ``k < 0.1 min(m,
+        n)`` else 4). The default 0 is the thesis' setting and the cheapest; use ``"auto"``
+        or 1-2 on noisy, slowly decaying spectra (``docs/choosing-a-method.md``).
+      sketch, stable, orthonormalize: as :func:`rangefinder`.
 
     Returns:
-      :class:`RSVD` ``(U, s, Vt)`` with U (m x k), s (k,), Vt (k x n); with ``confidence``
-      the pair ``(RSVD, ErrorCertificate)``.
-
-    Example:
-      >>> U, s, Vt = rsvd(jax.random.key(0), A, 10, power_iters=2)
+      :class:`RSVD` ``(U, s, Vt)``: U (m x k), s (k,), Vt (k x n). Bound its error with
+      :func:`rdr_jax.error_bound`.
     """
+    if isinstance(k, (float, np.floating)) and not isinstance(k, bool):
+        raise TypeError(f"rsvd() takes an integer rank k; got {k!r}. For a tolerance, use "
+                        "rdr_jax.id_to_svd(rdr_jax.interpolative_to_tolerance(key, A, tol)"
+                        ".trim())")
     op = as_operator(A)
     m, n = op.shape
     k = V.check_int("k", k, low=1, high=min(m, n), high_desc=f"min(m, n) for A of shape {(m, n)}")
-    if l is None:
-        p = V.check_int("oversample", oversample, low=0)
-        l = min(k + p, m, n)
-    else:
-        l = V.check_int("l", l, low=1, high=min(m, n),
-                        high_desc=f"min(m, n) for A of shape {(m, n)}")
-        if k > l:
-            raise ValueError(f"k must be <= l; got k = {k} > l = {l}")
+    p = V.check_int("oversample", oversample, low=0)
+    l = min(k + p, m, n)
+    if isinstance(power_iters, str):
+        if power_iters != "auto":
+            raise ValueError(f"power_iters must be an int >= 0 or 'auto'; got {power_iters!r}")
+        power_iters = auto_power_iters(k, op.shape)
     key, op, l, q, sk, ortho = _check_common(key, op, l, power_iters, sketch, orthonormalize)
-    if confidence is not None:
-        from rdr_jax.certify import check_delta
-        delta = 1.0 - check_delta(confidence, "confidence")
-        res, cert = _rsvd_certified_jit(key, op, k, l,
-                                        _RangeOptions(sk, q, bool(stable), ortho), delta)
-        V.warn_if_nonfinite(res.s[0], "the largest singular value estimate")
-        return res, cert
     res = _rsvd_jit(key, op, k, l, sk, q, bool(stable), ortho)
-    V.warn_if_nonfinite(res.s[0], "the largest singular value estimate")
+    if V.is_concrete(res.s):
+        s0 = float(res.s[0])
+        V.warn_if_nonfinite(s0, "the largest singular value estimate")
+        if s0 == 0.0:
+            _warn_if_subnormal(op)
     return res
+
+
+def _warn_if_subnormal(op) -> None:
+    """XLA flushes subnormal numbers to zero: a nonzero A of subnormal entries gives s = 0."""
+    x = getattr(op, "array", None)
+    if x is None or not V.is_concrete(x):
+        return
+    amax = float(np.max(np.abs(np.asarray(x))))        # on the host: no flush to zero
+    if 0.0 < amax < float(jnp.finfo(x.dtype).tiny):
+        warnings.warn(f"A's entries are subnormal (max |a_ij| = {amax:.3g} < the smallest normal "
+                      f"{x.dtype} number); XLA flushes them to zero, so the SVD is 0. Rescale A "
+                      "(e.g. by 2**100) or use float64.", RuntimeWarning, stacklevel=V.user_stacklevel())

@@ -1,4 +1,4 @@
-"""A posteriori error certificates (rdr_jax.certify) and certified fixed accuracy.
+"""A posteriori error bounds (rdr_jax.certify, rdr_jax.error_bound) and certified fixed accuracy.
 
 Statistical claims are checked over >= 1000 independent keys (vmapped), against exact
 errors from numpy/scipy, with binomial tolerances."""
@@ -64,8 +64,8 @@ def test_chernoff_bound_is_above_the_exact_rank_one_tail():
 
 
 @pytest.mark.parametrize("name", list(SPECTRA))
-@pytest.mark.parametrize("delta", [0.1, 0.01])
-def test_bounds_hold_with_stated_probability_over_1000_keys(name, delta, x64):
+@pytest.mark.parametrize("failure_prob", [0.1, 0.01])
+def test_bounds_hold_with_stated_probability_over_1000_keys(name, failure_prob, x64):
     s = SPECTRA[name]
     A = _spectral_matrix(120, 90, s, seed=hash(name) % 1000)
     k = 10
@@ -75,9 +75,9 @@ def test_bounds_hold_with_stated_probability_over_1000_keys(name, delta, x64):
     op = R.as_operator(A)
     F, G, H = R.diagnostics.low_rank_factors(d, A.shape)
     keys = jax.random.split(jax.random.key(7), N_KEYS)
-    c = jax.jit(jax.vmap(lambda kk: CE.certify_factors(kk, op, F, G, H, 20, delta)))(keys)
-    fb, sb = np.asarray(c.fro_bound), np.asarray(c.spec_bound)
-    floor = binom_floor(1 - delta, N_KEYS)
+    c = jax.jit(jax.vmap(lambda kk: CE.certify_factors(kk, op, F, G, H, 20, failure_prob)))(keys)
+    fb, sb = np.asarray(c.fro), np.asarray(c.spectral)
+    floor = binom_floor(1 - failure_prob, N_KEYS)
     assert np.sum(fb >= true_f) >= floor, (name, np.mean(fb >= true_f))
     assert np.sum(sb >= true_2) >= floor, (name, np.mean(sb >= true_2))
     assert np.median(fb) / true_f <= 2.0
@@ -89,14 +89,14 @@ def test_bounds_hold_with_stated_probability_over_1000_keys(name, delta, x64):
 
 def test_bound_probability_is_not_wildly_conservative_for_rank_one(x64):
     """For a rank-one error (the worst case of (F)) the failure rate of the spectral
-    bound (S) is exactly delta: check it is close to delta, not just below."""
+    bound (S) is exactly failure_prob: check it is close to it, not just below."""
     A = _spectral_matrix(80, 60, np.array([1.0]), seed=3)
     op = R.as_operator(A)
     Z = jnp.zeros((80, 1))
     keys = jax.random.split(jax.random.key(11), 4000)
     c = jax.jit(jax.vmap(lambda kk: CE.certify_factors(kk, op, Z, None, jnp.zeros((60, 1)),
                                                         10, 0.1)))(keys)
-    miss = np.mean(np.asarray(c.spec_bound) < 1.0)
+    miss = np.mean(np.asarray(c.spectral) < 1.0)
     assert 0.07 < miss < 0.13
 
 
@@ -119,20 +119,20 @@ def test_every_operator_kind(kind, dtype):
         Ad = L @ Rr.T
         A = R.factored_operator(L.astype(dtype), np.ones(12, dtype), Rr.astype(dtype))
     svd = R.rsvd(jax.random.key(0), Ad.astype(dtype), 5)
-    c = R.error_certificate(jax.random.key(1), A, svd, delta=0.05)
+    c = R.error_bound(jax.random.key(1), A, svd, failure_prob=0.05)
     true = np.linalg.norm(Ad - (np.asarray(svd.U, np.float64) * np.asarray(svd.s)) @
                           np.asarray(svd.Vt, np.float64))
-    assert c.fro_bound.dtype == dtype
-    assert float(c.fro_bound) >= true * 0.999
+    assert c.fro.dtype == dtype
+    assert float(c.fro) >= true * 0.999
     assert float(c.fro_estimate) == pytest.approx(true, rel=0.8)
 
 
 def test_jit_vmap_and_eager_agree(dtype):
     A = _spectral_matrix(60, 40, SPECTRA["slow"][:40], seed=1).astype(dtype)
     d = R.interpolative(jax.random.key(0), A, 5)
-    eager = R.error_certificate(jax.random.key(3), A, d)
-    jitted = jax.jit(lambda kk, A: R.error_certificate(kk, A, d))(jax.random.key(3), A)
-    batched = jax.vmap(lambda kk: R.error_certificate(kk, A, d))(
+    eager = R.error_bound(jax.random.key(3), A, d)
+    jitted = jax.jit(lambda kk, A: R.error_bound(kk, A, d))(jax.random.key(3), A)
+    batched = jax.vmap(lambda kk: R.error_bound(kk, A, d))(
         jnp.stack([jax.random.key(3), jax.random.key(4)]))
     rt = 1e-5 if dtype == np.float32 else 1e-12
     for a, b, c in zip(eager, jitted, batched):
@@ -140,56 +140,48 @@ def test_jit_vmap_and_eager_agree(dtype):
         np.testing.assert_allclose(a, c[0], rtol=rt)
 
 
-def test_power_iters_make_spec_estimate_a_lower_bound(x64):
+def test_power_iters_make_spectral_estimate_a_lower_bound(x64):
     A = _spectral_matrix(100, 80, SPECTRA["slow"], seed=2)
     d = R.cur(jax.random.key(0), A, 8)
     true2 = np.linalg.norm(A - np.asarray(d.todense()), 2)
     for key in range(20):
-        c = R.error_certificate(jax.random.key(key), A, d, power_iters=1)
-        assert float(c.spec_estimate) <= true2 * (1 + 1e-10)
-        assert float(c.spec_estimate) >= 0.5 * true2
-        assert float(c.spec_estimate) <= float(c.spec_bound)
+        c = R.error_bound(jax.random.key(key), A, d, power_iters=1)
+        assert float(c.spectral_estimate) <= true2 * (1 + 1e-10)
+        assert float(c.spectral_estimate) >= 0.5 * true2
+        assert float(c.spectral_estimate) <= float(c.spectral)
 
 
-def test_decompositions_return_the_certificate(dtype):
+def test_error_bound_of_every_decomposition(dtype):
     A = _spectral_matrix(90, 70, SPECTRA["slow"], seed=4).astype(dtype)
-    base = R.cur(jax.random.key(0), A, 8)
-    d = R.cur(jax.random.key(0), A, 8, confidence=0.99)
-    np.testing.assert_array_equal(base.cols, d.cols)   # the certificate does not change CUR
-    assert base.error_certificate is None
-    true = np.linalg.norm(A - d.todense())
-    assert float(d.error_certificate.fro_bound) >= true
-    assert float(d.error_certificate.delta) == pytest.approx(0.01)
-    for side in ("column", "row", "two_sided"):
-        i = R.interpolative(jax.random.key(0), A, 8, side=side, confidence=0.9)
-        assert float(i.error_certificate.fro_bound) >= np.linalg.norm(A - i.todense())
-    svd, cert = R.rsvd(jax.random.key(0), A, 8, confidence=0.99)
-    ref = R.rsvd(jax.random.key(0), A, 8)
-    np.testing.assert_array_equal(svd.s, ref.s)
-    assert float(cert.fro_bound) >= np.linalg.norm(A - (svd.U * svd.s) @ svd.Vt)
+    key = jax.random.key(0)
+    key2 = jax.random.fold_in(key, 1)       # independent of the key that built the result
+    approxes = [R.cur(key, A, 8), R.rsvd(key, A, 8)] + [
+        R.interpolative(key, A, 8, side=side) for side in ("column", "row", "two_sided")]
+    for d in approxes:
+        c = R.error_bound(key2, A, d, failure_prob=0.01)
+        dense = (d.U * d.s) @ d.Vt if isinstance(d, R.RSVD) else d.todense()
+        assert float(c.fro) >= np.linalg.norm(A - dense)
+        assert float(c.failure_prob) == pytest.approx(0.01)
 
 
 def test_bad_inputs_raise_clear_errors():
     A = np.random.default_rng(0).standard_normal((30, 20))
     d = R.cur(jax.random.key(0), A, 4)
     for bad in (0.0, 1.0, -0.1, 1.5, float("nan")):
-        with pytest.raises(ValueError, match="delta must be in"):
-            R.error_certificate(jax.random.key(1), A, d, delta=bad)
-    with pytest.raises(TypeError, match="delta must be a float"):
-        R.error_certificate(jax.random.key(1), A, d, delta="0.1")
-    with pytest.raises(ValueError, match="too few for delta"):
-        R.error_certificate(jax.random.key(1), A, d, delta=1e-6, num_vectors=2)
+        with pytest.raises(ValueError, match="failure_prob must be in"):
+            R.error_bound(jax.random.key(1), A, d, failure_prob=bad)
+        with pytest.raises(ValueError, match="failure_prob must be in"):
+            R.interpolative_to_tolerance(jax.random.key(0), A, 1e-2, failure_prob=bad)
+    with pytest.raises(TypeError, match="failure_prob must be a float"):
+        R.error_bound(jax.random.key(1), A, d, failure_prob="0.1")
+    with pytest.raises(ValueError, match="too few for failure_prob"):
+        R.error_bound(jax.random.key(1), A, d, failure_prob=1e-6, num_vectors=2)
     with pytest.raises(ValueError, match="num_vectors must be"):
-        R.error_certificate(jax.random.key(1), A, d, num_vectors=0)
+        R.error_bound(jax.random.key(1), A, d, num_vectors=0)
     with pytest.raises(ValueError, match="not a low-rank approximation of this A"):
-        R.error_certificate(jax.random.key(1), A.T, d)
+        R.error_bound(jax.random.key(1), A.T, d)
     with pytest.raises(TypeError, match="approx must be"):
-        R.error_certificate(jax.random.key(1), A, "cur")
-    for fn in (lambda: R.cur(jax.random.key(0), A, 4, confidence=1.0),
-               lambda: R.interpolative(jax.random.key(0), A, 1e-2, confidence=0.0),
-               lambda: R.rsvd(jax.random.key(0), A, 4, confidence=2.0)):
-        with pytest.raises(ValueError, match="confidence must be in"):
-            fn()
+        R.error_bound(jax.random.key(1), A, "cur")
 
 
 # --------------------------------------------------------------------------------------
@@ -208,9 +200,11 @@ def test_certified_fixed_accuracy_meets_tol_in_99_percent_of_500_trials(interp, 
     keys = jax.random.split(jax.random.key(21), 500)
 
     def run(kk, certified):
-        r = R.interpolative(kk, op, tol, interp=interp, block_size=4, max_rank=80,
-                            confidence=0.99 if certified else None, on_rank_deficient="ignore")
-        return r.cols, r.W, r.rank, r.error_bound if certified else r.error_estimate
+        # certified: error_estimate holds the bound
+        r = R.interpolative_to_tolerance(kk, op, tol, method=R.Method(interp=interp),
+                                         block_size=4, max_rank=80,
+                                         failure_prob=0.01 if certified else None)
+        return r.cols, r.W, r.rank, r.error_estimate
     cols, W, rank, bound = jax.jit(jax.vmap(lambda kk: run(kk, True)))(keys)
     _, _, rank0, _ = jax.jit(jax.vmap(lambda kk: run(kk, False)))(keys)
     An = np.linalg.norm(A)
@@ -239,11 +233,13 @@ def test_uncertified_estimate_rule_misses_tol_often(x64):
 
 def test_certified_fixed_accuracy_jit_matches_eager_and_warns_at_max_rank(dtype):
     A = _decaying_matrix(dtype)
-    e = R.interpolative(jax.random.key(2), A, 0.01, confidence=0.95, interp="sketch")
-    j = jax.jit(lambda kk, A: R.interpolative(kk, A, 0.01, confidence=0.95,
-                                              interp="sketch"))(jax.random.key(2), A)
+    method = R.Method(interp="sketch")
+    e = R.interpolative_to_tolerance(jax.random.key(2), A, 0.01, method=method,
+                                     failure_prob=0.05)
+    j = jax.jit(lambda kk, A: R.interpolative_to_tolerance(
+        kk, A, 0.01, method=method, failure_prob=0.05))(jax.random.key(2), A)
     assert int(e.rank) == int(j.rank)
-    np.testing.assert_allclose(e.error_bound, j.error_bound, rtol=1e-5)
-    assert float(e.error_bound) <= 0.01
+    np.testing.assert_allclose(e.error_estimate, j.error_estimate, rtol=1e-5)
+    assert float(e.error_estimate) <= 0.01
     with pytest.warns(RuntimeWarning, match="could not be certified"):
-        R.interpolative(jax.random.key(2), A, 1e-3, confidence=0.99, max_rank=5)
+        R.interpolative_to_tolerance(jax.random.key(2), A, 1e-3, max_rank=5, failure_prob=0.01)

@@ -4,7 +4,10 @@
 script ``tests/data/make_core_reference_pre_redesign.py``) on a 60 x 40 float64 matrix. The
 redesign changed two defaults (Gaussian generator ``"hash"``, ``stable=True`` everywhere),
 so the old defaults are spelled out here: ``Gaussian("threefry")`` and ``stable=False``
-for the skeleton selection (the old rsvd default was already ``stable=True``).
+for the skeleton selection (the old rsvd default was already ``stable=True``). The 0.1
+results carried ``bound = eta ||A - A W^+ W||_F`` (Theorem 2.1; times
+``sqrt(1 + eta_rows^2)`` for CUR, Eq. (2.26)); 0.2 computes it with :func:`rdr_jax.eta_bound`
+on the decompositions' column selection.
 """
 
 from pathlib import Path
@@ -41,23 +44,28 @@ CASES = [(m, "gaussian") for m in METHODS] + [("Rand-LUPP", "srtt"), ("Rand-CPQR
 @pytest.mark.parametrize("method,sk", CASES)
 def test_cur_id_selection_match_pre_redesign(x64, A, method, sk):
     key = jax.random.key(3)
-    kw = dict(method=method, sketch=OLD_SKETCH[sk], stable=False)
-    d = R.cur(key, A, 8, on_rank_deficient="ignore", certify=True, **kw)
+    m = R.Method(method, sketch=OLD_SKETCH[sk], stable=False)
+    d = R.cur(key, A, 8, method=m, on_rank_deficient="ignore")
     p = f"cur/{method}/{sk}"
-    for f in ("rows", "cols", "U", "eta", "eta_rows", "bound"):
+    for f in ("rows", "cols", "U", "eta", "eta_rows"):
         close(f"{p}/{f}", getattr(d, f))
-    c = R.interpolative(key, A, 8, on_rank_deficient="ignore", certify=True, **kw)
+    # the column selection of cur and interpolative: the first of three subkeys
+    eb = R.eta_bound(A, R.select_columns(jax.random.split(key, 3)[0], A, 8, method=m))
+    close(f"{p}/bound", np.sqrt(1.0 + float(d.eta_rows) ** 2) * eb.fro)
+    c = R.interpolative(key, A, 8, method=m, on_rank_deficient="ignore")
     p = f"id_col/{method}/{sk}"
-    for f in ("cols", "W", "eta", "bound"):
+    for f in ("cols", "W", "eta"):
         close(f"{p}/{f}", getattr(c, f))
-    s = R.select_columns(key, A, 8, **kw)
+    close(f"{p}/bound", eb.fro)
+    s = R.select_columns(key, A, 8, method=m)
     p = f"select_columns/{method}/{sk}"
     for f in ("cols", "W", "eta"):
         close(f"{p}/{f}", getattr(s, f))
 
 
 def test_other_sides_and_rsvd_match_pre_redesign(x64, A):
-    kw = dict(sketch=OLD_SKETCH["gaussian"], stable=False, on_rank_deficient="ignore")
+    old = R.Method(sketch=OLD_SKETCH["gaussian"], stable=False)
+    kw = dict(method=old, on_rank_deficient="ignore")
     r = R.interpolative(jax.random.key(5), A, 8, side="row", **kw)
     for f in ("rows", "W", "eta"):
         close(f"id_row/{f}", getattr(r, f))
@@ -68,7 +76,8 @@ def test_other_sides_and_rsvd_match_pre_redesign(x64, A):
     close("id_two_sided/S", t.S)
     close("id_two_sided/W", t.W_cols)
     close("id_two_sided/eta_rows", t.eta_rows)
-    s = R.interpolative(jax.random.key(5), A, 8, interp="sketch", **kw)
+    s = R.interpolative(jax.random.key(5), A, 8, method=old.replace(interp="sketch"),
+                        on_rank_deficient="ignore")
     close("id_col_sketch/cols", s.cols)
     close("id_col_sketch/W", s.W)
     for sk, q in [("gaussian", 0), ("srtt", 2), ("sparse_sign", 2)]:

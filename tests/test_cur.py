@@ -175,7 +175,7 @@ def test_tolerance_mode_finds_exact_rank(dtype, rng):
     A = low_rank(rng, 80, 60, 11, dtype)
     tol = 1e-3 if dtype == np.float32 else 1e-9
     for side in ("column", "row", "two_sided"):
-        d = R.interpolative(jax.random.key(1), A, tol, side=side, max_rank=40)
+        d = R.interpolative_to_tolerance(jax.random.key(1), A, tol, side=side, max_rank=40)
         assert int(d.rank) == 11
         assert rel(A, d.todense()) < tolerance(dtype)
         assert d.error_estimate is not None and d.error_estimate < tol
@@ -192,7 +192,8 @@ def test_certificate_bound_every_trial(method, oversample):
     k = 10
     A64 = A
     for t in range(25):
-        sel = R.select_columns(jax.random.key(t), A, k, method=method, oversample=oversample)
+        sel = R.select_columns(jax.random.key(t), A, k,
+                               method=R.Method(method, oversample=oversample))
         C = A64[:, np.asarray(sel.cols)]
         E = A64 - C @ np.linalg.lstsq(C, A64, rcond=None)[0]
         T = np.asarray(sel.W, np.float64)
@@ -209,9 +210,9 @@ def test_certificate_bound_every_trial(method, oversample):
                                         SL.resolve_method(method)).X)
             Qx = np.linalg.qr(X.T)[0]
             np.testing.assert_allclose(Qx @ Qx.T, Q @ Q.T, atol=1e-4)
-        cert = R.certificate(A, sel)
+        cert = R.eta_bound(A, sel)
         assert np.linalg.norm(E) <= cert.fro * (1 + 1e-10)
-        assert np.linalg.norm(E, 2) <= cert.spec * (1 + 1e-10)
+        assert np.linalg.norm(E, 2) <= cert.spectral * (1 + 1e-10)
 
 
 def test_decomposition_bounds_hold():
@@ -219,10 +220,19 @@ def test_decomposition_bounds_hold():
     A, _ = decaying(rng, 80, 60, rate=8.0)
     for t in range(10):
         key = jax.random.key(t)
-        cid = R.interpolative(key, A, 12, certify=True)
-        assert np.linalg.norm(A - np.asarray(cid.todense())) <= float(cid.bound) * (1 + 1e-9)
-        c = R.cur(key, A, 12, certify=True)
-        assert np.linalg.norm(A - np.asarray(c.todense())) <= float(c.bound) * (1 + 1e-9)
+        cid = R.interpolative(key, A, 12)
+        c = R.cur(key, A, 12)
+        # Thm 2.3 for the decompositions' column selection (both draw it with the first of
+        # three subkeys): ||A - C C^+ A||_F <= eta ||A - A W^+ W||_F, and for CUR
+        # (Eq. (2.26)) ||A - CUR||_F <= sqrt(1 + eta_rows^2) eta ||A - A W^+ W||_F
+        sel = R.select_columns(jax.random.split(key, 3)[0], A, 12)
+        np.testing.assert_array_equal(sel.cols, cid.cols)
+        np.testing.assert_array_equal(sel.cols, c.cols)
+        bound = R.eta_bound(A, sel)
+        assert bound.eta == pytest.approx(float(cid.eta), rel=1e-6)
+        assert np.linalg.norm(A - np.asarray(cid.todense())) <= bound.fro * (1 + 1e-9)
+        cur_bound = np.sqrt(1.0 + float(c.eta_rows) ** 2) * bound.fro
+        assert np.linalg.norm(A - np.asarray(c.todense())) <= cur_bound * (1 + 1e-9)
         # eq:id_cur_suboptimality: column ID error <= CUR error
         assert (np.linalg.norm(A - np.asarray(cid.todense()))
                 <= np.linalg.norm(A - np.asarray(c.todense())) * (1 + 1e-9))
@@ -234,7 +244,7 @@ def test_decomposition_bounds_hold():
 def _mean_err(A, k, method, keys):
     errs = []
     for key in keys:
-        c = R.cur(key, A, k, method=method, certify=False)
+        c = R.cur(key, A, k, method=method)
         errs.append(R.lowrank_error(A, c).fro)
     return float(np.mean(errs))
 
@@ -266,12 +276,12 @@ def test_same_key_same_skeletons_jit_vmap(rng):
     A = jnp.asarray(decaying(rng, 50, 40)[0])
     key = jax.random.key(7)
     c1 = R.cur(key, A, 6)
-    c2 = jax.jit(lambda kk: R.cur(kk, A, 6, certify=False))(key)
+    c2 = jax.jit(lambda kk: R.cur(kk, A, 6))(key)
     for c in (c2,):
         np.testing.assert_array_equal(np.asarray(c.cols), np.asarray(c1.cols))
         np.testing.assert_array_equal(np.asarray(c.rows), np.asarray(c1.rows))
     keys = jax.random.split(key, 4)
-    cols = jax.vmap(lambda kk: R.cur(kk, A, 6, certify=False).cols)(keys)
+    cols = jax.vmap(lambda kk: R.cur(kk, A, 6).cols)(keys)
     for i in range(4):
         np.testing.assert_array_equal(np.asarray(cols[i]),
                                       np.asarray(R.cur(keys[i], A, 6).cols))
@@ -308,13 +318,13 @@ def test_bad_inputs(rng, monkeypatch):
         R.select_columns(key, A, 3.0)
     for tol in (0.0, 1.0, 1.5, -0.1):
         with pytest.raises(ValueError, match="tol must be in \\(0, 1\\)"):
-            R.interpolative(key, A, tol)
+            R.interpolative_to_tolerance(key, A, tol)
     with pytest.raises(ValueError, match="unknown method"):
         R.cur(key, A, 3, method="magic")
     with pytest.raises(ValueError, match="side"):
         R.interpolative(key, A, 3, side="left")
-    with pytest.raises(ValueError, match="l must be"):
-        R.cur(key, A, 5, l=3)
+    with pytest.raises(ValueError, match="oversample must be"):
+        R.cur(key, A, 5, method=R.Method(oversample=-2))
     bad = A.copy()
     bad[2, 3] = np.nan
     with pytest.raises(ValueError, match="non-finite"):
@@ -342,7 +352,7 @@ def test_k_above_numerical_rank_warns_or_raises(rng, dtype):
     with pytest.raises(ValueError, match="numerical rank"):
         R.interpolative(key, A, 8, on_rank_deficient="raise")
     # the tolerance mode picks the rank instead
-    d = R.interpolative(key, A, 1e-3 if dtype == np.float32 else 1e-8, max_rank=30)
+    d = R.interpolative_to_tolerance(key, A, 1e-3 if dtype == np.float32 else 1e-8, max_rank=30)
     assert int(d.rank) == 4 and d.trim().C.shape == (40, 4)
 
 
@@ -358,7 +368,7 @@ def test_streaming_exact_rank(axis, sketch, dtype, rng):
     blocks = lambda: ((A[i:i + 25] if axis == 0 else A[:, i:i + 25])
                       for i in range(0, size, 25))
     st = ST.streaming_skeletons(jax.random.key(0), blocks(), (m, n), k, axis=axis,
-                                sketch=sketch, oversample=4)
+                                method=R.Method(sketch=sketch, oversample=4))
     C, S, Rr = ST.retrieve_skeletons(blocks(), (m, n), st.rows, st.cols, axis=axis)
     np.testing.assert_array_equal(np.asarray(C), A[:, np.asarray(st.cols)])
     np.testing.assert_array_equal(np.asarray(Rr), A[np.asarray(st.rows)])
@@ -387,7 +397,7 @@ def test_fixed_accuracy_meets_tolerance():
     A, s = decaying(rng, 200, 150, rate=8.0)
     for tol in (1e-2, 1e-4):
         # exact coefficients: the returned rank is the shortest pivot prefix meeting tol
-        d = R.interpolative(jax.random.key(0), A, tol)
+        d = R.interpolative_to_tolerance(jax.random.key(0), A, tol)
         assert rel(A, d.todense()) <= tol * (1 + 1e-8)
         opt = np.sqrt(np.cumsum(s[::-1] ** 2)[::-1] / np.sum(s ** 2))
         kopt = int(np.argmax(opt <= tol))
@@ -395,7 +405,8 @@ def test_fixed_accuracy_meets_tolerance():
         # sketch coefficients: the (unbiased) estimate keeps the true error near tol
         ok = 0
         for t in range(20):
-            ds = R.interpolative(jax.random.key(t), A, tol, interp="sketch")
+            ds = R.interpolative_to_tolerance(jax.random.key(t), A, tol,
+                                              method=R.Method(interp="sketch"))
             ok += rel(A, ds.todense()) <= 2 * tol
             assert float(ds.error_estimate) <= tol
         assert ok >= 18
@@ -404,8 +415,8 @@ def test_fixed_accuracy_meets_tolerance():
 def test_fixed_accuracy_max_rank_warns(rng):
     A, _ = decaying(rng, 60, 50, rate=30.0)
     with pytest.warns(RuntimeWarning, match="not reached"):
-        d = jax.block_until_ready(R.interpolative(jax.random.key(0), A, 1e-9, max_rank=20,
-                                                  block_size=8))
+        d = jax.block_until_ready(R.interpolative_to_tolerance(
+            jax.random.key(0), A, 1e-9, max_rank=20, block_size=8))
     assert int(d.rank) <= 20 and d.C.shape == (60, 20)
 
 
@@ -416,11 +427,11 @@ def test_lowrank_error_factored_matches_dense():
     key = jax.random.key(0)
     A = M.snn(key, 400, 300, r=60, a=2.0, r1=10, density=0.2, factored=True)
     dense = np.asarray(A.todense(), np.float64)
-    c = R.cur(jax.random.key(1), A, 20, certify=False)
+    c = R.cur(jax.random.key(1), A, 20)
     e = R.lowrank_error(A, c)
     E = dense - np.asarray(c.todense(), np.float64)
     np.testing.assert_allclose(e.fro, np.linalg.norm(E), rtol=1e-6)
-    np.testing.assert_allclose(e.spec, np.linalg.norm(E, 2), rtol=1e-6)
+    np.testing.assert_allclose(e.spectral, np.linalg.norm(E, 2), rtol=1e-6)
     est = R.lowrank_error(R.implicit_operator(A.matmat, A.rmatmat, A.shape, A.dtype), c,
                           key=jax.random.key(2), dense_limit=0)
     assert not est.exact and abs(est.fro / e.fro - 1) < 0.3

@@ -72,7 +72,7 @@ def _x64(dt):
 
 def _case(dt, seed=0):
     rng = np.random.default_rng(seed)
-    sk = S.sparse_sign(jax.random.key(seed), L, M, Z, dtype=dt)
+    sk = S.SparseSign(Z).draw(jax.random.key(seed), L, M, dtype=dt)
     A = jnp.asarray(rng.standard_normal((M, N)).astype(dt))
     Y = jnp.asarray(rng.standard_normal((L, N)).astype(dt))
     Sp = sp.random(M, 9, density=0.05, random_state=rng).astype(dt)
@@ -173,7 +173,7 @@ def test_xla_formulas_jit_vmap_grad_match_dense(dt, route):
         sk, A, _, _, G = _case(dt)
         An = np.asarray(A, np.float64)
         tol = 50 * rtol(dt) * max(1.0, np.abs(G @ An).max())
-        draw = lambda k: S.sparse_sign(k, L, M, Z, dtype=dt)  # noqa: E731
+        draw = lambda k: S.SparseSign(Z).draw(k, L, M, dtype=dt)  # noqa: E731
         keys = jax.random.split(jax.random.key(5), 3)
         refs = [np.asarray(draw(k).todense(), np.float64) for k in keys]
         As = jnp.stack([A, -2 * A, A[::-1]])
@@ -246,9 +246,9 @@ def test_sparse_sign_times_sparse_sorted_formula(dt, route):
         cols = np.repeat(np.arange(Sp.shape[1]), np.diff(csc.indptr))
         np.testing.assert_allclose(np.asarray(g), (G.T @ want)[csc.indices, cols], atol=tol)
         keys = jax.random.split(jax.random.key(6), 3)
-        got = jax.vmap(lambda k: S.sparse_sign(k, L, M, Z, dtype=dt).apply(op))(keys)
+        got = jax.vmap(lambda k: S.SparseSign(Z).draw(k, L, M, dtype=dt).apply(op))(keys)
         for k, out in zip(keys, got):
-            ref = np.asarray(S.sparse_sign(k, L, M, Z, dtype=dt).todense(), np.float64) @ D
+            ref = np.asarray(S.SparseSign(Z).draw(k, L, M, dtype=dt).todense(), np.float64) @ D
             np.testing.assert_allclose(np.asarray(out), ref, atol=tol)
 
 
@@ -272,7 +272,7 @@ def test_rsvd_and_cur_fallback_equal_kernels(dt, kind, route):
         for name in ("kernel", "fallback"):
             decisions = route(name)
             out[name] = (R.rsvd(key, A, k, sketch="sparse_sign", power_iters=1),
-                         R.cur(key, A, k, sketch="sparse_sign"))
+                         R.cur(key, A, k, method=R.Method(sketch="sparse_sign")))
             assert decisions and all(u == (name == "kernel") for _, u in decisions), decisions
         tol = 1e-3 if dt == np.float32 else 1e-9
         (s1, c1), (s2, c2) = out["kernel"], out["fallback"]

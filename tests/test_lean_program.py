@@ -113,13 +113,13 @@ def test_float32_fixed_accuracy_meets_tol_on_smooth_kernels():
     nK = np.linalg.norm(K64)
     ranks = []
     for s in range(12):
-        d = R.interpolative(jax.random.key(s), K, 1e-3).trim()
+        d = R.interpolative_to_tolerance(jax.random.key(s), K, 1e-3).trim()
         err = np.linalg.norm(K64 - np.asarray(d.C, np.float64) @ np.asarray(d.W, np.float64))
         assert err / nK <= 1e-3
         assert float(d.error_estimate) == pytest.approx(err / nK, rel=1e-3)
         ranks.append(int(d.rank))
     with jax.enable_x64(True):     # float64 chooses about the same rank
-        r64 = int(R.interpolative(jax.random.key(0), K64, 1e-3).trim().rank)
+        r64 = int(R.interpolative_to_tolerance(jax.random.key(0), K64, 1e-3).trim().rank)
     assert max(abs(r - r64) for r in ranks) <= 4
 
 

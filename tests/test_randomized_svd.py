@@ -78,7 +78,7 @@ def test_range_sketch_plain_matches_numpy_formula(rng):
         A = rng.standard_normal((30, 20))
         key = jax.random.key(5)
         Y = R.range_sketch(key, A, 6, power_iters=2, stable=False)
-        Om = np.asarray(R.sketching.gaussian(key, 6, 20, dtype=np.float64).todense())
+        Om = np.asarray(R.Gaussian().draw(key, 6, 20, dtype=np.float64).todense())
         want = np.linalg.matrix_power(A @ A.T, 2) @ A @ Om.T
         np.testing.assert_allclose(np.asarray(Y), want, rtol=1e-9)
 
@@ -152,3 +152,16 @@ def test_complex_rsvd():
             res = R.rsvd(jax.random.key(0), A, 6, oversample=2, sketch=sketch)
             np.testing.assert_allclose(np.asarray(res.s), s, rtol=1e-10)
             np.testing.assert_allclose(np.asarray((res.U * res.s) @ res.Vt), A, atol=1e-10)
+
+
+def test_power_iters_auto_is_scikit_learns_rule():
+    """``power_iters="auto"``: 7 when k < 0.1 min(m, n), else 4 (sklearn's n_iter="auto")."""
+    A = M.with_spectrum(jax.random.key(0), 120, 90, M.polynomial_decay(90, r1=5),
+                        dtype=np.float32)
+    for k, q in [(8, 7), (9, 4)]:
+        auto = R.rsvd(jax.random.key(1), A, k, power_iters="auto")
+        ref = R.rsvd(jax.random.key(1), A, k, power_iters=q)
+        for a, b in zip(auto, ref):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="'auto'"):
+        R.rsvd(jax.random.key(1), A, 8, power_iters="fast")

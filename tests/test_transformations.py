@@ -29,7 +29,8 @@ ENTRY_POINTS = {
     "rsvd": lambda key, A: R.rsvd(key, A, 5).s,
     "rangefinder": lambda key, A: R.rangefinder(key, A, 6),
     "interpolative": lambda key, A: R.interpolative(key, A, 5).W,
-    "interpolative_tol": lambda key, A: R.interpolative(key, A, 1e-3, max_rank=12).rank,
+    "interpolative_to_tolerance": lambda key, A: R.interpolative_to_tolerance(
+        key, A, 1e-3, max_rank=12).rank,
     "cur": lambda key, A: R.cur(key, A, 5).U,
     "select_columns": lambda key, A: R.select_columns(key, A, 5).cols,
     "select_rows": lambda key, A: R.select_rows(key, A, 5).rows,
@@ -38,7 +39,7 @@ ENTRY_POINTS = {
         key, A.reshape(4, 10, 30), A.shape, 5).cols,
     "id_to_svd": lambda key, A: R.id_to_svd(R.interpolative(key, A, 5)).s,
     "lowrank_error": lambda key, A: R.lowrank_error(A, R.cur(key, A, 4)).fro,
-    "certificate": lambda key, A: R.certificate(A, R.select_columns(key, A, 4)).fro,
+    "eta_bound": lambda key, A: R.eta_bound(A, R.select_columns(key, A, 4)).fro,
 }
 
 
@@ -90,7 +91,7 @@ def test_no_retrace_on_repeat_calls():
     calls = lambda X, key, tol: (R.interpolative(key, X, 4), R.cur(key, X, 4),
                                   R.select_columns(key, X, 4), R.rsvd(key, X, 4),
                                   R.rangefinder(key, X, 5),
-                                  R.interpolative(key, X, tol, max_rank=10))
+                                  R.interpolative_to_tolerance(key, X, tol, max_rank=10))
     jax.block_until_ready(calls(B, KEYS[0], 1e-2))
     sizes = [f._cache_size() for f in fns]
     jax.block_until_ready(calls(B * 2.0 + 1.0, KEYS[1], 1e-3))  # new values, key and tol
@@ -108,33 +109,42 @@ def test_certificate_true_and_finite_at_any_float32_scale(scale):
     base = ((U * 0.7 ** np.arange(30)) @ V.T)
     As = (base * scale).astype(np.float32)
     for key in KEYS:
-        c = R.cur(key, As, 6, certify=True)
-        i = R.interpolative(key, As, 6, certify=True)
+        c = R.cur(key, As, 6)
+        i = R.interpolative(key, As, 6)
+        # Thm 2.3 for the column selection both drew (the first of three subkeys), and
+        # Eq. (2.26) for CUR: ||A - CUR||_F <= sqrt(1 + eta_rows^2) eta ||A - A W^+ W||_F
+        k1 = jax.random.split(key, 3)[0]
+        eb = R.eta_bound(As, R.select_columns(k1, As, 6))
+        ref = R.eta_bound(base.astype(np.float32), R.select_columns(k1, base.astype(np.float32), 6))
+        np.testing.assert_allclose(eb.fro / scale, ref.fro, rtol=1e-2)
         for d in (c, i):
-            bound, eta = float(d.bound), float(d.eta)
+            bound, eta = eb.fro, float(d.eta)
+            if d is c:
+                bound *= np.sqrt(1.0 + float(c.eta_rows) ** 2)
             assert np.isfinite(bound) and np.isfinite(eta) and eta >= 1.0
             true = np.linalg.norm(As.astype(np.float64) - np.asarray(d.todense(), np.float64))
             assert true <= bound * (1 + 1e-3), (scale, true, bound)
-            ref = R.interpolative(key, base.astype(np.float32), 6, certify=True)
-            if d is i:
-                np.testing.assert_allclose(bound / scale, float(ref.bound), rtol=1e-2)
 
 
 @pytest.mark.parametrize("value", [0.0, 1e-42])
 def test_zero_and_subnormal_inputs_warn_and_stay_finite(value):
     Z = np.full((20, 15), value, np.float32)
     with pytest.warns(RuntimeWarning, match="numerically zero"):
-        c = jax.block_until_ready(R.cur(KEYS[0], Z, 3, certify=True))
+        c = jax.block_until_ready(R.cur(KEYS[0], Z, 3))
     for leaf in jax.tree_util.tree_leaves(c):
         assert np.all(np.isfinite(np.asarray(leaf)))
-    assert float(c.bound) == 0.0 and float(c.eta) == 1.0
-    d = R.interpolative(KEYS[0], Z, 1e-3, max_rank=10)
+    assert float(c.eta) == 1.0
+    # Thm 2.3 stays finite and true (0 for the zero matrix)
+    eb = R.eta_bound(Z, R.select_columns(jax.random.split(KEYS[0], 3)[0], Z, 3))
+    assert np.isfinite(eb.fro) and eb.eta == 1.0
+    assert eb.fro <= np.linalg.norm(Z.astype(np.float64)) * (1 + 1e-6)
+    d = R.interpolative_to_tolerance(KEYS[0], Z, 1e-3, max_rank=10)
     assert bool(jnp.all(jnp.isfinite(d.W))) and bool(jnp.isfinite(d.error_estimate))
     if value == 0.0:  # fixed accuracy on a zero matrix: rank 0
         assert int(d.rank) == 0
 
 
-def test_lowrank_error_and_certificate_say_when_approx_is_of_another_matrix():
+def test_lowrank_error_and_eta_bound_say_when_approx_is_of_another_matrix():
     B = low_rank(40, 30, 5, seed=9)
     c = R.cur(KEYS[0], B, 5)
     with pytest.warns(RuntimeWarning, match="another matrix"):
@@ -144,17 +154,17 @@ def test_lowrank_error_and_certificate_say_when_approx_is_of_another_matrix():
     sel = R.select_columns(KEYS[0], B + 0.5 * low_rank(40, 30, 8, seed=4), 3)
     # Thm 2.1 holds for any interpolation matrix with W(:, cols) = I and eta = ||W||_2,
     # so a selection of another matrix still gives a true (if loose) bound ...
-    cert = R.certificate(A, sel)
+    cert = R.eta_bound(A, sel)
     C = A[:, np.asarray(sel.cols)].astype(np.float64)
     true = np.linalg.norm(A - C @ np.linalg.lstsq(C, A, rcond=None)[0])
     assert true <= cert.fro * (1 + 1e-5)
     # ... but a certificate that is not ||W||_2, or W without the identity block, is refused
     with pytest.raises(ValueError, match=r"not \|\|W\|\|_2"):
-        R.certificate(A, sel._replace(eta=sel.eta * 0.5))
+        R.eta_bound(A, sel._replace(eta=sel.eta * 0.5))
     with pytest.raises(ValueError, match="not the identity"):
-        R.certificate(A, sel._replace(W=sel.W * 2))
+        R.eta_bound(A, sel._replace(W=sel.W * 2))
     with pytest.raises(ValueError, match="does not fit"):
-        R.certificate(A[:, :20], sel)
+        R.eta_bound(A[:, :20], sel)
 
 
 def test_nan_in_a_jax_array_warns_from_the_computation():

@@ -36,16 +36,14 @@ def test_sketch_size_bounds():
         R.rangefinder(KEY, A, 0)
     with pytest.raises(ValueError, match=r"l must be <= 12 \(min\(m, n\)"):
         R.rangefinder(KEY, A, 13)
-    with pytest.raises(ValueError, match=r"l must be <= 12"):
-        R.rsvd(KEY, A, 3, l=20)
-    with pytest.raises(ValueError, match="k must be <= l; got k = 5 > l = 4"):
-        R.rsvd(KEY, A, 5, l=4)
+    with pytest.raises(ValueError, match=r"oversample must be >= 0; got -1"):   # l < k
+        R.rsvd(KEY, A, 5, oversample=-1)
     with pytest.raises(ValueError, match=r"k must be <= 12"):
         R.rsvd(KEY, A, 13)
     with pytest.raises(ValueError, match="l must be >= 1"):
-        S.gaussian(KEY, 0, 10)
+        S.Gaussian().draw(KEY, 0, 10)
     with pytest.raises(ValueError, match="l must be <= 10"):
-        S.srtt(KEY, 11, 10)
+        S.SRTT().draw(KEY, 11, 10)
     with pytest.raises(TypeError, match="l must be a Python int"):
         R.rangefinder(KEY, A, 3.0)
 
@@ -67,15 +65,17 @@ def test_unknown_sketch():
     with pytest.raises(ValueError, match="set them on the object"):
         S.as_sketch(S.SparseSign(), zeta=3)
     with pytest.raises(ValueError, match="generator must be one of"):
-        S.gaussian(KEY, 3, 10, generator="philox")
-    with pytest.raises(ValueError, match="transform"):
-        S.srtt(KEY, 3, 10, transform="fft")  # fft needs a complex dtype
+        S.Gaussian(generator="philox")
+    with pytest.raises(ValueError, match="transform must be one of"):
+        S.SRTT(transform="dft")
+    with pytest.raises(ValueError, match="a sketch choice: draw the matrix first"):
+        S.SparseSign().apply(A)
 
 
 @pytest.mark.parametrize("zeta", [0, -1, 6])
 def test_zeta_range(zeta):
     with pytest.raises(ValueError, match="zeta must be"):
-        S.sparse_sign(KEY, 5, 10, zeta)
+        S.SparseSign(zeta).draw(KEY, 5, 10) if zeta < 1 else S._sparse_sign(KEY, 5, 10, zeta)
     if zeta < 1:
         with pytest.raises(ValueError, match="zeta must be"):
             R.rangefinder(KEY, A, 5, sketch=S.SparseSign(zeta=zeta))
@@ -83,19 +83,17 @@ def test_zeta_range(zeta):
         assert R.rangefinder(KEY, A, 5, sketch=S.SparseSign(zeta=zeta)).shape == (A.shape[0], 5)
 
 
-def test_integer_and_unsupported_dtypes():
-    with pytest.raises(TypeError, match="A has dtype int64"):
-        R.rsvd(KEY, np.ones((5, 4), np.int64), 2)
-    with pytest.raises(TypeError, match="A has dtype bool"):
-        R.as_operator(np.ones((5, 4), bool))
-    with pytest.raises(TypeError, match="A has dtype int32"):
-        R.as_operator(sp.csr_matrix(np.ones((5, 4), np.int32)))
+def test_unsupported_dtypes():   # integer and bool inputs: tests/test_interop.py
     with pytest.raises(TypeError, match="A has unsupported dtype float16"):
         R.as_operator(np.ones((5, 4), np.float16))
+    with pytest.raises(TypeError, match="A has dtype <U1"):
+        R.as_operator(np.full((5, 4), "a"))
+    with pytest.raises(TypeError, match="A has dtype object"):
+        R.as_operator(np.ones((5, 4), object))
     with pytest.raises(TypeError, match="dtype has unsupported dtype complex64"):
-        S.sparse_sign(KEY, 4, 10, 2, dtype=np.complex64)
+        S._sparse_sign(KEY, 4, 10, 2, dtype=np.complex64)
     with pytest.raises(TypeError, match="dtype has unsupported dtype int32"):
-        S.gaussian(KEY, 4, 10, dtype=np.int32)
+        S.Gaussian().draw(KEY, 4, 10, dtype=np.int32)
 
 
 def test_user_operator_shape_mismatch():
@@ -111,7 +109,7 @@ def test_user_operator_shape_mismatch():
     with pytest.raises(ValueError, match="factor shapes do not match"):
         R.factored_operator(np.ones((5, 3)), np.ones(2), np.ones((4, 3)))
     with pytest.raises(ValueError, match="A has 10 rows but the sketch has m = 12"):
-        S.gaussian(KEY, 3, 12).apply(np.ones((10, 2), np.float32))
+        S.Gaussian().draw(KEY, 3, 12).apply(np.ones((10, 2), np.float32))
 
 
 def test_bad_keys_and_estimator_arguments():

@@ -35,27 +35,27 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rdr_jax._src import kernels as _kernels  # noqa: E402
-from rdr_jax.sketching import gaussian, sparse_sign  # noqa: E402
+from rdr_jax.sketching import Gaussian, SparseSign  # noqa: E402
 
 #: method -> what it times (all: one jitted call of (key, A))
 METHODS = {
     "floor": "one read of A (column sums): the memory floor",
-    "sparse_sign": "sparse_sign(key, l, m, zeta).apply(A)",
+    "sparse_sign": "SparseSign(zeta).draw(key, l, m).apply(A)",
     "sparse_sign_xla": "the same with apply_dense(A, impl='xla') (sorted XLA formula)",
-    "gaussian": "gaussian(key, l, m).apply(A), default matmul precision",
+    "gaussian": "Gaussian().draw(key, l, m).apply(A), default matmul precision",
     "gaussian_highest": "the same under jax.default_matmul_precision('highest')",
 }
 
 
 def _methods(m: int, l: int, zeta: int, dt):
     def sparse(key, A):
-        return sparse_sign(key, l, m, zeta, dtype=dt).apply(A)
+        return SparseSign(zeta).draw(key, l, m, dtype=dt).apply(A)
 
     def sparse_xla(key, A):
-        return sparse_sign(key, l, m, zeta, dtype=dt).apply_dense(A, impl="xla")
+        return SparseSign(zeta).draw(key, l, m, dtype=dt).apply_dense(A, impl="xla")
 
     def gauss(key, A):
-        return gaussian(key, l, m, dtype=dt).apply(A)
+        return Gaussian().draw(key, l, m, dtype=dt).apply(A)
 
     highest = lambda: jax.default_matmul_precision("highest")  # noqa: E731
     # name -> (jitted function, context active while it is traced and run)
@@ -141,7 +141,7 @@ def bench_cpu_routes(m: int = 16384, n: int = 256, l: int = 512, zeta: int = 8,
     dt = np.dtype(dtype)
     key_a, key_s = jax.random.split(jax.random.key(seed))
     A = jax.block_until_ready(jax.random.normal(key_a, (m, n), dt))
-    S = sparse_sign(key_s, l, m, zeta, dtype=dt)
+    S = SparseSign(zeta).draw(key_s, l, m, dtype=dt)
     env, prev_env = _kernels.KERNELS_ENV, os.environ.get(_kernels.KERNELS_ENV)
     prev_accel = _kernels._CPU_FALLBACK_AS_ACCELERATOR
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.util
+import inspect
 import sys
 import warnings
 
@@ -14,9 +16,11 @@ MOVED_MODULES = {f"rdr_jax.{m}": f"rdr_jax.id_cur.{m}" for m in (
 
 
 def warn(old: str, new: str, stacklevel: int = 3) -> None:
-    """Warn that ``old`` is deprecated in favour of ``new`` (removed in the next release)."""
+    """Warn that ``old`` is deprecated in favour of ``new`` (removed in the next release), at
+    the user's line (``stacklevel`` is kept for old callers and ignored)."""
+    from rdr_jax._src.validation import user_stacklevel
     warnings.warn(f"{old} is deprecated and will be removed in the next release; use {new}",
-                  DeprecationWarning, stacklevel=stacklevel)
+                  DeprecationWarning, stacklevel=user_stacklevel())
 
 
 class _MovedModuleLoader(importlib.abc.Loader):
@@ -53,7 +57,9 @@ def moved_attribute(package: str, name: str):
     if new is None:
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
     warn(f"{package}.{name}", new)
-    return importlib.import_module(new)
+    module = importlib.import_module(new)
+    setattr(sys.modules[package], name, module)        # warn once per process
+    return module
 
 
 def renamed_kwargs(kwargs: dict, renames: dict, where: str) -> dict:
@@ -67,3 +73,24 @@ def renamed_kwargs(kwargs: dict, renames: dict, where: str) -> dict:
             warn(f"{where}({old}=...)", f"{where}({new}=...)", stacklevel=4)
             out[new] = out.pop(old)
     return out
+
+
+def with_deprecated_kwargs(handler):
+    """Decorator for an entry point whose 0.1 keywords moved elsewhere: keywords its signature
+    does not name go to ``handler(args, kwargs, old) -> (args, kwargs)`` (or ``-> (g, args,
+    kwargs)`` to call another function g), which warns and maps them onto the new spelling
+    (or raises a TypeError naming it). The signature users see (``inspect.signature``, docs)
+    is the new one."""
+    def decorate(f):
+        names = set(inspect.signature(f).parameters)
+
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            old = {k: kwargs.pop(k) for k in list(kwargs) if k not in names}
+            if not old:
+                return f(*args, **kwargs)
+            out = handler(args, kwargs, old)
+            g, (args, kwargs) = (out[0], out[1:]) if len(out) == 3 else (f, out)
+            return g(*args, **kwargs)
+        return wrapper
+    return decorate

@@ -290,3 +290,19 @@ def numerical_rank(R, valid, rows: int):
     d = jnp.where(valid, jnp.abs(jnp.diagonal(R, axis1=-2, axis2=-1)), 0)
     thr = jnp.max(d, axis=-1, keepdims=True) * eps(d.dtype) * max(rows, R.shape[-1])
     return jnp.sum((d > thr) & valid, axis=-1).astype(jnp.int32)
+
+
+def unit_scale(X, return_scale: bool = False):
+    """``X / 2^e`` with ``2^e ~ max |X|`` (exact in floating point), and ``2^-e`` when
+    ``return_scale``: eta, W and the pivots are scale invariant, but the Gram products behind
+    them under/overflow for inputs scaled by 1e-30 or 1e30 in float32."""
+    mx = jnp.max(jnp.abs(X))
+    e = jnp.where(mx > 0, jnp.floor(jnp.log2(jnp.where(mx > 0, mx, 1.0))), 0.0)
+    s = jnp.exp2(-e).astype(X.dtype)
+    return (X * s, s) if return_scale else X * s
+
+
+def with_identity(T, cols, valid):
+    """``T`` with ``T(:, cols) = I`` on the valid pivots."""
+    eye = jnp.eye(T.shape[0], dtype=T.dtype)
+    return T.at[:, cols].set(jnp.where(valid[None, :], eye, T[:, cols]))

@@ -1,44 +1,6 @@
-"""Orthonormalisation of tall bases: thin Householder QR, or communication-avoiding
-(shifted) CholeskyQR for bases whose rows are sharded over devices.
-
-A rangefinder's basis ``Y = A Omega^H`` (m x l, m >> l) inherits the row sharding of A. A
-Householder QR of a row-sharded Y makes XLA gather the whole m x l matrix on every device;
-CholeskyQR needs only the l x l Gram ``G = Y^H Y`` (a local product and *one all-reduce*),
-a replicated Cholesky ``G = R^H R`` and the local triangular solve ``Q = Y R^{-1}``:
-
-====================  ==============================  =========================================
-pass                  communication                   arithmetic
-====================  ==============================  =========================================
-``G = Y^H Y``         one all-reduce of l x l          ``m l^2`` (local GEMM)
-``R = chol(G + sI)``  none (replicated, l x l)         ``l^3 / 3``
-``Q = Y R^{-1}``      none (row blocks are independent) ``m l^2``
-====================  ==============================  =========================================
-
-One CholeskyQR pass loses orthogonality like ``u cond(Y)^2`` and breaks down (Cholesky of
-an indefinite matrix) for ``cond(Y) > u^{-1/2}``. Two fixes are combined here:
-
-* **shifted CholeskyQR** (Fukaya, Kannan, Nakatsukasa, Yamamoto, Yanagisawa 2020,
-  "Shifted Cholesky QR for computing the QR factorization of ill-conditioned matrices",
-  SIAM J. Sci. Comput. 42(1)): with ``s = 11 (m n + n (n + 1)) u ||Y||_2^2``
-  (``||Y||_2^2`` bounded by ``||Y||_F^2 = trace(G)``), ``chol(G + s I)`` always exists and
-  the resulting Q has ``cond(Q) = O(u^{-1/2})`` for any ``cond(Y) <= O(u^{-1})``;
-* **CholeskyQR2** (Yamamoto et al. 2015): one more unshifted pass on a Q with
-  ``cond(Q) = O(u^{-1/2})`` gives ``||Q^H Q - I||_2 = O(u)`` and ``||Y - QR|| = O(u ||Y||)``.
-
-:func:`cholesky_qr2` is shifted CholeskyQR3 (shifted pass, then CholeskyQR2) made adaptive
-(``||Y||_2^2`` in the shift is the small Gram's largest eigenvalue): after the first
-(shifted) pass each pass factors its Gram ``G = Q^H Q`` without a shift, unless that
-Cholesky fails or its diagonal shows ``cond(G) > 0.1 / (n u)`` (then it is shifted again: a
-numerically rank-deficient Y, ``cond(Y) >~ u^{-1}``, needs a second shifted pass), and the
-pass whose Gram had ``||G - I||_F <= 1/2`` is the last one (one unshifted pass from there
-reaches ``O(u)``).
-
-A well-conditioned Y costs two passes (CholeskyQR2), ``cond(Y) = 10^7`` in float64 three
-(shifted CholeskyQR3); passes after convergence are skipped (``lax.cond``).
-
-The triangular solve is written as a batch of ``blocks`` independent row blocks, so that
-XLA's SPMD partitioner keeps it local when Y's rows are split into ``blocks`` (or a divisor
-of it) shards; a plain ``triangular_solve`` on a row-sharded Y is all-gathered.
+"""Orthonormalisation of tall bases: thin Householder QR, or (shifted) CholeskyQR for
+bases whose rows are sharded over devices (one all-reduce of the small Gram per pass instead of
+a gather). Derivation and stability conditions: ``docs/id-cur.md`` ("CholeskyQR").
 """
 
 from __future__ import annotations

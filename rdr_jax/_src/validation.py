@@ -84,7 +84,7 @@ def warn_if_nonfinite(x: Any, what: str, stacklevel: int = 3) -> None:
     if is_concrete(x) and not np.all(np.isfinite(np.asarray(x))):
         warnings.warn(f"{what} is not finite: A contains NaN or Inf (jax-array inputs are "
                       "checked through the result, not scanned at the boundary)",
-                      RuntimeWarning, stacklevel=stacklevel)
+                      RuntimeWarning, stacklevel=user_stacklevel())
 
 
 def check_key(key: Any, name: str = "key") -> jax.Array:
@@ -102,3 +102,17 @@ def check_key(key: Any, name: str = "key") -> jax.Array:
         return jax.random.wrap_key_data(key)
     raise TypeError(f"{name} must be a JAX PRNG key (jax.random.key(seed)); "
                     f"got array of dtype {key.dtype} and shape {key.shape}")
+
+
+_PACKAGE = __file__.rsplit("/_src/", 1)[0]
+
+
+def user_stacklevel() -> int:
+    """``stacklevel`` for a ``warnings.warn`` issued by the calling function that points at
+    the first frame outside rdr_jax (the user's line), however deep the call inside rdr_jax
+    (deprecation wrappers included)."""
+    import sys
+    f, level = sys._getframe(1), 1
+    while f is not None and f.f_code.co_filename.startswith(_PACKAGE):
+        f, level = f.f_back, level + 1
+    return level

@@ -1,41 +1,10 @@
-"""Interpolative and CUR decompositions from randomized skeletons (thesis ``subsec:cur``).
+"""Interpolative and CUR decompositions from randomized skeletons (thesis Section 2.2.2).
 
-The whole pipeline, sketch -> row-basis approximator -> pivoting -> decomposition, is one
-lean jitted program per call signature and rank bucket (:mod:`rdr_jax.id_cur.selection` holds
-Lines 1-4 of the general Algorithm; this module forms the factors). With column skeletons
-``cols`` and row skeletons ``rows``, ``C = A(:, cols)``, ``R = A(rows, :)``,
-``S = A(rows, cols)``:
-
-* column ID (Eq. ``eq:def_column_id``): ``A ~ C W``, ``W = C^+ A`` (``interp="exact"``, one extra pass)
-  or ``W = X_1^+ X`` from the sketch (``interp="sketch"``, no extra pass);
-* row ID: ``A ~ W R``, ``W = A R^+`` (the column ID of ``A^H``);
-* two-sided ID: ``A ~ W_rows S W_cols`` with ``W_rows = C S^{-1} = P^T L L_1^{-1}`` from the
-  LU of C that picked the rows (entries of L at most 1; no solve with S);
-* CUR (Eq. ``eq:def_cur``): ``A ~ C U R``, ``U = C^+ A R^+`` by the stable construction
-  ``U = R_C^{-1} (Q_C^H A Q_R) R_R^{-H}`` (Eq. ``eq:cur_stable``).
-
-``W`` and ``U`` use orthonormal bases of C and ``R^H`` from right-preconditioned CholeskyQR
-(``rdr_jax._src.linalg.precond_qr``; preconditioners: the triangular factors of Gaussian
-sketches of C and ``R^H``, for C the pivot block of the sketch itself), restricted to the
-numerical rank: no data-dependent branch, no SVD or eigensolver, 7 LAPACK/cuSOLVER calls for
-the column ID and 8 for CUR (``docs/design.md``, "The lean ID/CUR program").
-
-Certificates (Thm ``thm:pivoting_on_rangeapprox_error_bound``): ``eta >= ||T||_2`` for the sketch interpolation matrix T of
-the column selection (an upper bound within ``k^(1/512)``, from traces of powers: GEMMs
-only), ``eta_rows >= ||W_rows||_2``, and (``certify=True``; dense and sparse A) the Frobenius
-bounds ``||A - C C^+ A||_F <= bound = eta ||A - A T^+ T||_F`` and, for CUR (Eq. ``eq:id_cur_suboptimality``),
-``||A - CUR||_F <= sqrt(1 + eta_rows^2) eta ||A - A T^+ T||_F``.
-
-Fixed accuracy: pass a float ``tol`` in (0, 1) instead of an integer rank (like
-``scipy.linalg.interpolative.interp_decomp(A, eps_or_k)``); the rank is found by the blocked
-randomized LUPP of :mod:`rdr_jax.id_cur.fixed_accuracy` inside the same jitted computation.
-
-Inside ``jax.jit`` no value check can raise. What the caller gets instead: every result
-carries ``numerical_rank`` (``< rank`` means k exceeded the numerical rank of A; 0 means A is
-numerically zero), ``eta`` is NaN when A holds NaN/Inf, and in fixed-accuracy mode
-``error_estimate > tol`` means max_rank was reached. Eager calls read these scalars and warn
-(or raise, ``on_rank_deficient="raise"``). The programs contain no host callbacks, so JAX's
-persistent compilation cache can store them (:func:`rdr_jax.compilation_cache`).
+One lean jitted program per call signature and rank bucket: sketch, pivot, then the factors
+``W = C^+ A`` (ID) or ``U = C^+ A R^+`` (CUR, stable construction). No data-dependent branch, no
+SVD, 7-8 LAPACK calls (``docs/design.md``, "The lean ID/CUR program"). Under jit nothing can
+raise: results carry ``numerical_rank`` and NaN ``eta`` as flags; eager calls warn.
+Details: ``docs/id-cur.md`` ("Decompositions").
 """
 from __future__ import annotations
 
@@ -51,6 +20,7 @@ import numpy as np
 
 from rdr_jax._src import jit as _jit
 from rdr_jax._src import linalg as L
+from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
 from rdr_jax import distributed
 from rdr_jax import certify as CE
@@ -58,30 +28,22 @@ from rdr_jax.id_cur import fixed_accuracy as FA
 from rdr_jax.id_cur import selection as SL
 from rdr_jax import sketching
 from rdr_jax._src.tallqr import as_orthonormalizer
-from rdr_jax.operators import HIGHEST, DenseOperator, LinearOperator, SparseOperator, as_operator
+from rdr_jax.operators import HIGHEST, as_operator
 from rdr_jax.randomized_svd import RSVD
 from rdr_jax.id_cur.selection import LUPP, SRCUR, Method, check_rank, resolve_method, sketch_size
 
-__all__ = ["ColumnID", "RowID", "TwoSidedID", "CUR", "interpolative", "cur", "id_to_svd"]
-
-
-def _mm(a, b):
-    return jnp.matmul(a, b, precision=HIGHEST)
+__all__ = ["ColumnID", "RowID", "TwoSidedID", "CUR", "interpolative", "interpolative_to_tolerance",
+           "cur", "id_to_svd"]
 
 
 class ColumnID(NamedTuple):
-    """Column ID ``A ~ C W`` (Eq. ``eq:def_column_id``).
+    """Column ID ``A ~ C W`` (thesis Eq. (2.5)).
 
-    cols (k,), C (m x k) = A(:, cols), W (k x n) with ``W(:, cols) = I``; eta: certificate;
-    rank: number of valid skeletons (k; in fixed-accuracy mode the rank found, with the
-    arrays padded to ``max_rank`` by zeros: see :meth:`trim`); numerical_rank: numerical
-    rank of C (``< rank`` flags k above the numerical rank of A); bound: Frobenius bound
-    ``eta ||A - A T^+ T||_F`` on ``||A - C C^+ A||_F`` (None unless ``certify``);
-    error_estimate: relative Frobenius error estimate (fixed-accuracy mode; else None);
-    error_bound: fixed accuracy with ``confidence``: relative Frobenius bound that holds
-    with probability >= confidence (exact for dense/sparse A with ``interp="exact"``; NaN
-    when tol could not be certified); error_certificate: :class:`rdr_jax.ErrorCertificate`
-    of the returned factors when ``confidence`` is given (else None).
+    cols (k,); C (m x k) = A(:, cols); W (k x n), ``W(:, cols) = I``; eta: the selection's
+    conditioning certificate; rank: valid skeletons (from :func:`interpolative_to_tolerance`:
+    the rank found, arrays padded to ``max_rank``, see :meth:`trim`); numerical_rank: of C
+    (``< rank`` flags k above the numerical rank of A); error_estimate: the relative Frobenius
+    error the tolerance loop estimated (a bound with ``failure_prob``), NaN for a fixed rank.
     """
 
     cols: jax.Array
@@ -90,17 +52,14 @@ class ColumnID(NamedTuple):
     eta: jax.Array
     rank: jax.Array
     numerical_rank: jax.Array
-    bound: Optional[jax.Array] = None
-    error_estimate: Optional[jax.Array] = None
-    error_bound: Optional[jax.Array] = None
-    error_certificate: Optional[CE.ErrorCertificate] = None
+    error_estimate: jax.Array
 
     def factors(self):
         """``(F, G, H)`` with ``A_hat = F G H^H``."""
         return self.C, None, self.W.conj().T
 
     def todense(self):
-        return _mm(self.C, self.W)
+        return L.mm(self.C, self.W)
 
     def trim(self) -> "ColumnID":
         """The same ID cut to its (concrete) ``rank`` (host call; not under jit)."""
@@ -109,8 +68,8 @@ class ColumnID(NamedTuple):
 
 
 class RowID(NamedTuple):
-    """Row ID ``A ~ W R`` (Eq. ``eq:def_row_id``): rows (k,), W (m x k) with
-    ``W(rows, :) = I``, R (k x n) = A(rows, :); other fields as :class:`ColumnID`."""
+    """Row ID ``A ~ W R`` (thesis Eq. (2.6)): rows (k,), W (m x k) with ``W(rows, :) = I``,
+    R (k x n) = A(rows, :); other fields as :class:`ColumnID`."""
 
     rows: jax.Array
     W: jax.Array
@@ -118,16 +77,13 @@ class RowID(NamedTuple):
     eta: jax.Array
     rank: jax.Array
     numerical_rank: jax.Array
-    bound: Optional[jax.Array] = None
-    error_estimate: Optional[jax.Array] = None
-    error_bound: Optional[jax.Array] = None
-    error_certificate: Optional[CE.ErrorCertificate] = None
+    error_estimate: jax.Array
 
     def factors(self):
         return self.W, None, self.R.conj().T
 
     def todense(self):
-        return _mm(self.W, self.R)
+        return L.mm(self.W, self.R)
 
     def trim(self) -> "RowID":
         r = int(self.rank)
@@ -135,10 +91,9 @@ class RowID(NamedTuple):
 
 
 class TwoSidedID(NamedTuple):
-    """Two-sided ID ``A ~ W_rows S W_cols`` (Eq. ``eq:def_two_sided_id``) with
-    ``W_rows = C S^{-1}`` (m x k, ``W_rows(rows, :) = I``), ``S = A(rows, cols)``,
-    ``W_cols`` (k x n) the column interpolation matrix. eta: column certificate;
-    eta_rows: ``||W_rows||_2``; other fields as :class:`ColumnID`."""
+    """Two-sided ID ``A ~ W_rows S W_cols`` (thesis Eq. (2.7)): ``W_rows = C S^{-1}`` (m x k),
+    ``S = A(rows, cols)``, ``W_cols`` (k x n); eta_rows: ``>= ||W_rows||_2``; other fields as
+    :class:`ColumnID`."""
 
     rows: jax.Array
     cols: jax.Array
@@ -149,16 +104,13 @@ class TwoSidedID(NamedTuple):
     eta_rows: jax.Array
     rank: jax.Array
     numerical_rank: jax.Array
-    bound: Optional[jax.Array] = None
-    error_estimate: Optional[jax.Array] = None
-    error_bound: Optional[jax.Array] = None
-    error_certificate: Optional[CE.ErrorCertificate] = None
+    error_estimate: jax.Array
 
     def factors(self):
         return self.W_rows, self.S, self.W_cols.conj().T
 
     def todense(self):
-        return _mm(self.W_rows, _mm(self.S, self.W_cols))
+        return L.mm(self.W_rows, L.mm(self.S, self.W_cols))
 
     def trim(self) -> "TwoSidedID":
         r = int(self.rank)
@@ -167,13 +119,10 @@ class TwoSidedID(NamedTuple):
 
 
 class CUR(NamedTuple):
-    """CUR decomposition ``A ~ C U R`` (Eq. ``eq:def_cur``, stable construction
-    Eq. ``eq:cur_stable``).
+    """CUR decomposition ``A ~ C U R`` (thesis Eq. (2.8), stable construction Eq. (2.10)).
 
-    rows, cols (k,); C (m x k); U (k x k) = ``C^+ A R^+``; R (k x n); eta (columns) and
-    eta_rows (rows on C) certificates; rank, numerical_rank as :class:`ColumnID`; bound:
-    Frobenius bound ``sqrt(1 + eta_rows^2) eta ||A - A T^+ T||_F`` (None unless certified);
-    error_certificate: :class:`rdr_jax.ErrorCertificate` when ``confidence`` is given.
+    rows, cols (k,); C (m x k); U (k x k) = ``C^+ A R^+``; R (k x n); eta and eta_rows: the
+    column and row selections' certificates; rank, numerical_rank as :class:`ColumnID`.
     """
 
     rows: jax.Array
@@ -185,14 +134,12 @@ class CUR(NamedTuple):
     eta_rows: jax.Array
     rank: jax.Array
     numerical_rank: jax.Array
-    bound: Optional[jax.Array] = None
-    error_certificate: Optional[CE.ErrorCertificate] = None
 
     def factors(self):
         return self.C, self.U, self.R.conj().T
 
     def todense(self):
-        return _mm(self.C, _mm(self.U, self.R))
+        return L.mm(self.C, L.mm(self.U, self.R))
 
 
 # --------------------------------------------------------------------------------------
@@ -210,7 +157,7 @@ def _sketch_block(key, Y, sz: SL.Sizes):
     tall ``Y`` (h x kb, HIGHEST; its triangular factor preconditions Y: Gamma is an
     oblivious subspace embedding of range(Y))."""
     S = sketching.Gaussian().draw(key, sz.lb, Y.shape[0], dtype=Y.dtype)
-    Z = SL._unit_scale(S.apply_dense(Y, precision=HIGHEST))
+    Z = L.unit_scale(S.apply_dense(Y, precision=HIGHEST))
     if not isinstance(sz.l, int):
         Z = jnp.where((jnp.arange(sz.lb) < sz.l)[:, None] & sz.valid()[None, :], Z, 0)
     return L.damped_block(Z, sz.valid())
@@ -226,32 +173,23 @@ def _c_preconditioner(key, C, R, sz: SL.Sizes):
     return R, L.independent(R, sz.valid(), sz.lb)
 
 
-def _unit(C):
-    """``(C 2^-e, 2^-e)``: C rescaled by a power of two (exact) so that its Gram cannot
-    over- or underflow."""
-    mx = jnp.max(jnp.abs(C))
-    e = jnp.where(mx > 0, jnp.floor(jnp.log2(jnp.where(mx > 0, mx, 1.0))), 0.0)
-    s = jnp.exp2(-e).astype(C.dtype)
-    return C * s, s
-
-
 def _exact_coefficients(op, C, J, P, keep, sz: SL.Sizes, blocks: int = 1):
-    """``W = C^+ A`` (Eq. ``eq:def_column_id``, the best coefficients for these skeletons)
+    """``W = C^+ A`` (Eq. (2.5), the best coefficients for these skeletons)
     by right-preconditioned CholeskyQR (``rdr_jax._src.linalg.precond_qr``):
     ``C = Q R``, ``W = R^{-1} Z Q^H A``, ``Z ~ (Q^H Q)^{-1}``. Returns ``(W, numerical
     rank of C)``; rows of W past k, and of the columns ``keep`` leaves out (numerically
     dependent), are zero, and ``W(:, cols) = I`` on the valid block."""
     valid = sz.valid()
-    Cn, s = _unit(C)
+    Cn, s = L.unit_scale(C, return_scale=True)
     Q, R, Z, nr = L.precond_qr(Cn, P, keep, blocks)
     B = op.rmatmat(Q * s).conj().T                                   # 2^-e Q^H A (kb x n)
     W = L.solve_triangular(R, L.mm(Z, B), left=True, lower=False)
     W = jnp.where(valid[:, None], W, 0)
-    return SL._with_identity(W, J, valid), nr
+    return L.with_identity(W, J, valid), nr
 
 
 def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, opts: "_Options", extra_left=()):
-    """``U = C^+ A R^+`` (Eq. ``eq:cur_stable``) from preconditioned CholeskyQR of C and
+    """``U = C^+ A R^+`` (Eq. (2.10)) from preconditioned CholeskyQR of C and
     ``R^H`` in one batch (``rdr_jax._src.linalg.precond_qr``, ``C = Q_C R_C``,
     ``R^H = Q_R R_R``): ``U = R_C^{-1} Z_C (Q_C^H A Q_R) Z_R R_R^{-H}``. ``PC``, ``PR``:
     triangular preconditioners of C and ``R^H``. ``extra_left``: further ``(a, b)`` upper
@@ -265,8 +203,8 @@ def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, opts: "_Options", extra_left=
     m, n = op.shape
     blocks, sharded = _blocks(opts.method), opts.sharded
     valid = sz.valid()
-    Cn, sc = _unit(C)
-    Rn, sr = _unit(Rm.conj().T)                                      # R^H, n x kb
+    Cn, sc = L.unit_scale(C, return_scale=True)
+    Rn, sr = L.unit_scale(Rm.conj().T, return_scale=True)          # R^H, n x kb
     if blocks > 1 or sharded:     # C row-sharded like A: its solves stay local
         (Qc, Rc, Zc, nr), (Qr, Rr, Zr, _) = (L.precond_qr(Cn, *PC, blocks),
                                              L.precond_qr(Rn, *PR))
@@ -284,48 +222,20 @@ def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, opts: "_Options", extra_left=
     return U, nr, sol[1:]
 
 
-def _scaled_fro(E):
-    """``||E||_F`` without overflow/underflow of the squares (scaled by max |E_ij|)."""
-    s = jnp.max(jnp.abs(E))
-    safe = jnp.where(s > 0, s, 1.0)
-    return s * jnp.linalg.norm(E / safe)
-
-
-def _row_space_residual_fro(op: LinearOperator, T):
-    """``||A - A T^+ T||_F`` for a k x n T (traceable; exact for dense/sparse A), computed
-    on ``A / max|A|`` so float32 inputs of any scale neither overflow nor underflow."""
-    Q = jnp.linalg.qr(T.conj().T, mode="reduced")[0]         # n x k
-    AQ = op.matmat(Q)
-    if isinstance(op, DenseOperator):
-        return _scaled_fro(op.array - _mm(AQ, Q.conj().T))
-    s = jnp.max(jnp.abs(op.data_r), initial=0.0)
-    safe = jnp.where(s > 0, s, 1.0)
-    a2 = jnp.sum(jnp.abs(op.data_r / safe) ** 2)             # ||A||_F^2 - ||A Q||_F^2
-    return s * jnp.sqrt(jnp.maximum(a2 - jnp.sum(jnp.abs(AQ / safe) ** 2), 0.0))
-
-
-def _check_result(res, k, policy, tol=None):
+def _check_result(res, k, policy, tol=None, certified=False):
     """Eager calls: warn (or raise) from the result's flags -- ``numerical_rank`` (k above the
-    numerical rank of A, or A numerically zero), a non-finite ``eta`` (NaN/Inf in A) and, in
-    fixed-accuracy mode, an ``error_estimate`` above ``tol`` (max_rank reached). One small
-    device-to-host read of three scalars; skipped with ``on_rank_deficient="ignore"`` (then
-    only NaN is checked) and under the caller's jit/vmap (there the fields are the flags)."""
+    numerical rank of A, or A numerically zero), a non-finite ``eta`` (NaN/Inf in A) and, for a
+    tolerance, an ``error_estimate`` above it (max_rank reached). Skipped under jit/vmap."""
     if not V.is_concrete(res.numerical_rank):
         return
-    V.warn_if_nonfinite(res.eta, "the certificate eta", stacklevel=4)
-    eb = getattr(res, "error_bound", None)
-    if tol is not None and eb is not None:
-        bound = float(eb)
-        if not bound <= tol:
-            warnings.warn(f"tolerance {tol:g} could not be certified by max_rank = {k} "
-                          f"(certified relative bound {bound:.3g}); raise max_rank",
-                          RuntimeWarning, stacklevel=3)
-    elif tol is not None and res.error_estimate is not None:
+    V.warn_if_nonfinite(res.eta, "the certificate eta")
+    if tol is not None:
         est = float(res.error_estimate)
-        if est > tol:
-            warnings.warn(f"tolerance {tol:g} not reached at max_rank = {k} (estimated "
-                          f"relative error {est:.3g}); raise max_rank", RuntimeWarning,
-                          stacklevel=3)
+        if not est <= tol:
+            what = ("could not be certified" if certified else "not reached")
+            warnings.warn(f"tolerance {tol:g} {what} at max_rank = {k} (relative "
+                          f"{'bound' if certified else 'error estimate'} {est:.3g}); raise "
+                          "max_rank", RuntimeWarning, stacklevel=V.user_stacklevel())
     if policy == "ignore":
         return
     nr, rk = int(res.numerical_rank), int(res.rank)
@@ -336,15 +246,15 @@ def _check_result(res, k, policy, tol=None):
             "A is numerically zero (all entries zero, or subnormal: XLA flushes subnormal "
             "numbers to zero); every skeleton is exact (error 0, eta 1). Rescale A if its "
             "entries are below the smallest normal number of its dtype.", RuntimeWarning,
-            stacklevel=3)
+            stacklevel=V.user_stacklevel())
         return
     msg = (f"k = {k} exceeds the numerical rank of A (the selected skeleton has numerical "
-           f"rank {nr}); the factors are ill-conditioned. Use a smaller k or pass a tolerance "
-           "(e.g. interpolative(key, A, 1e-8)) to choose the rank. (The result's "
+           f"rank {nr}); the factors are ill-conditioned. Use a smaller k or let "
+           "interpolative_to_tolerance(key, A, tol) choose the rank. (The result's "
            "numerical_rank field holds this value.)")
     if policy == "raise":
         raise ValueError(msg)
-    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+    warnings.warn(msg, RuntimeWarning, stacklevel=V.user_stacklevel())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,8 +263,6 @@ class _Options:
 
     method: Method
     side: str = "column"
-    certify: bool = False
-    delta: Optional[float] = None     # error certificate at failure probability delta
     #: a concrete input sharded over several devices: no batched factorisation (jaxlib's
     #: CPU LAPACK kernels spread a batch over the intra-op thread pool and wait for it; with
     #: several CPU devices on few cores every pool thread can be such a waiter: a deadlock
@@ -390,33 +298,28 @@ def _column_id(key, op, sz: SL.Sizes, opts: _Options):
     J = piv.cols                                                          # SRCUR: swapped
     if type(method.pivot) is SRCUR:
         C = jnp.where(valid[None, :], op.cols(J), 0)
-    need_T = method.interp == "sketch" or opts.certify
-    T = SL.sketch_interpolation(piv, valid) if need_T else None
     if method.interp == "exact":
         P, keep = _c_preconditioner(k3, C, piv.R, sz)
         W, nr = _exact_coefficients(op, C, J, P, keep, sz, _blocks(method))
     else:
-        W = T
+        W = SL.sketch_interpolation(piv, valid)
         nr = jnp.sum(_c_preconditioner(k3, C, piv.R, sz)[1])
         nr = nr.astype(jnp.int32)
-    certifiable = isinstance(op, (DenseOperator, SparseOperator))
-    bound = piv.eta * _row_space_residual_fro(op, T) if opts.certify and certifiable else None
     rank = jnp.asarray(sz.k, jnp.int32)
+    est = _no_estimate(op)
     if not two:
-        return ColumnID(J, C, W, piv.eta, rank, nr, bound)
+        return ColumnID(J, C, W, piv.eta, rank, nr, est)
     if lu is not None:                                                     # Line 4
         rp = SL.rows_from_lu(lu, L.ct(sol[1]), sz)
     else:
         rp = SL.pivot_rows(k2, C, sz, method, piv.Uk)
     S = jnp.where(valid[:, None], C[rp.rows], 0)
-    return TwoSidedID(rp.rows, J, rp.W, S, W, piv.eta, rp.eta, rank, nr, bound)
+    return TwoSidedID(rp.rows, J, rp.W, S, W, piv.eta, rp.eta, rank, nr, est)
 
 
-def _with_certificate(res, key, op, delta):
-    """``res`` with its :class:`~rdr_jax.certify.ErrorCertificate` (when ``delta``)."""
-    if delta is None:
-        return res
-    return res._replace(error_certificate=CE.certify_result(key, op, res.factors(), delta))
+def _no_estimate(op):
+    """The ``error_estimate`` of a fixed-rank result: NaN (nothing was estimated)."""
+    return jnp.full((), jnp.nan, V.real_dtype(op.dtype))
 
 
 @functools.partial(_jit.jit, static_argnames=("kb", "lb", "opts"))
@@ -424,11 +327,9 @@ def _interpolative(key, op, k, l, kb, lb, opts: _Options):
     sz = SL.Sizes.of(k, l, kb, lb)
     if opts.side == "row":
         res = _column_id(key, op.H, sz, dataclasses.replace(opts, side="column"))
-        res = RowID(res.cols, res.W.conj().T, res.C.conj().T, res.eta, res.rank,
-                    res.numerical_rank, res.bound)
-    else:
-        res = _column_id(key, op, sz, opts)
-    return _with_certificate(res, key, op, opts.delta)
+        return RowID(res.cols, res.W.conj().T, res.C.conj().T, res.eta, res.rank,
+                     res.numerical_rank, res.error_estimate)
+    return _column_id(key, op, sz, opts)
 
 
 @functools.partial(_jit.jit, static_argnames=("kb", "lb", "opts"))
@@ -436,7 +337,6 @@ def _cur(key, op, k, l, kb, lb, opts: _Options):
     sz = SL.Sizes.of(k, l, kb, lb)
     method = opts.method
     valid = sz.valid()
-    certify = opts.certify and isinstance(op, (DenseOperator, SparseOperator))
     k1, k2, k3 = jax.random.split(key, 3)
     pb = SL.pivot_block(k1, op, sz, method)                               # Lines 1-3
     srcur = type(method.pivot) is SRCUR
@@ -469,20 +369,9 @@ def _cur(key, op, k, l, kb, lb, opts: _Options):
     if lupp:
         extra.append(SL.l1_inverse_rhs(lu))
     U, nr, sols = _stable_cur_U(op, C, Rm, PC, PR, sz, opts, extra)
-    if srcur:
-        eta = piv.eta
-        Wsk = piv.T
-    else:
-        cp = SL.finish_columns(pb, R_s, Qt, sols[0], sz, method)
-        eta = cp.eta
-        Wsk = SL.sketch_interpolation(cp, valid) if certify else None
+    eta = piv.eta if srcur else SL.finish_columns(pb, R_s, Qt, sols[0], sz, method).eta
     eta_r = SL.rows_from_lu(lu, L.ct(sols[-1]), sz).eta if lupp else rp.eta
-    bound = None
-    if certify:
-        bound = jnp.sqrt(1.0 + eta_r ** 2) * eta * _row_space_residual_fro(op, Wsk)
-    rank = jnp.asarray(sz.k, jnp.int32)
-    return _with_certificate(CUR(I, J, C, U, Rm, eta, eta_r, rank, nr, bound), key, op,
-                             opts.delta)
+    return CUR(I, J, C, U, Rm, eta, eta_r, jnp.asarray(sz.k, jnp.int32), nr)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -502,10 +391,9 @@ def _interpolative_tol(key, op, tol, opts: _TolOptions):
     kc, kr = jax.random.split(key)
     side = opts.side
     target = op.H if side == "row" else op
-    confidence = None if opts.delta is None else 1.0 - opts.delta
     sel = FA.adaptive_column_skeletons(kr if side == "row" else kc, target, tol,
                                        block_size=opts.block_size, max_rank=opts.max_rank,
-                                       confidence=confidence)
+                                       failure_prob=opts.delta)
     J, rank, est, eb = sel.cols, sel.rank, sel.error_estimate, sel.error_bound
     r = J.shape[0]
     valid = jnp.arange(r) < rank
@@ -513,13 +401,13 @@ def _interpolative_tol(key, op, tol, opts: _TolOptions):
     eta = L.interpolation_norm_bound(L.gram(L.ct(sel.W)), valid)
     if opts.interp == "sketch":
         W = sel.W
-        nr = L.numerical_rank(jnp.linalg.qr(SL._unit_scale(C), mode="r"), valid, C.shape[0])
+        nr = L.numerical_rank(jnp.linalg.qr(L.unit_scale(C), mode="r"), valid, C.shape[0])
     else:
         rank_x, W, rel, Rc = FA.exact_prefix(target, J, C, rank, tol, estimate=jnp.nan,
                                               return_factor=True)
         exact = ~jnp.isnan(rel)          # the prefix errors were computed exactly
         est = jnp.where(exact, rel, est)
-        if eb is None:
+        if opts.delta is None:
             rank = rank_x
         else:   # certified mode: keep the certified W unless the exact errors are known
             W = jnp.where(exact, W, sel.W)
@@ -529,12 +417,12 @@ def _interpolative_tol(key, op, tol, opts: _TolOptions):
         J = jnp.where(valid, J, 0)
         C = jnp.where(valid[None, :], C, 0)
         nr = L.numerical_rank(Rc, valid, C.shape[0])
+    if opts.delta is not None:          # certified stopping: report the bound
+        est = eb
     if side == "row":
-        res = RowID(J, W.conj().T, C.conj().T, eta, rank, nr, None, est, eb)
-        return _with_certificate(res, key, op, opts.delta)
+        return RowID(J, W.conj().T, C.conj().T, eta, rank, nr, est)
     if side == "column":
-        return _with_certificate(ColumnID(J, C, W, eta, rank, nr, None, est, eb), key, op,
-                                 opts.delta)
+        return ColumnID(J, C, W, eta, rank, nr, est)
     # two-sided: LUPP on the valid columns of C (padding columns are zero; the first `rank`
     # pivots depend only on them); W_rows = P^T L L_1^{-1} (no solve with the pivot block)
     sz = SL.Sizes(rank, rank, r, r)
@@ -543,8 +431,7 @@ def _interpolative_tol(key, op, tol, opts: _TolOptions):
     rp = SL.rows_from_lu(lu, L.ct(L.solve_triangular(a, b, left=True, lower=False)), sz)
     I = jnp.where(valid, rp.rows, 0)
     S = jnp.where(valid[:, None] & valid[None, :], C[I], 0)
-    return _with_certificate(TwoSidedID(I, J, rp.W, S, W, eta, rp.eta, rank, nr, None, est,
-                                        eb), key, op, opts.delta)
+    return TwoSidedID(I, J, rp.W, S, W, eta, rp.eta, rank, nr, est)
 
 
 # --------------------------------------------------------------------------------------
@@ -557,155 +444,207 @@ _TRIM = {"column": {"cols": 0, "C": 1, "W": 0},
          "cur": {"rows": 0, "cols": 0, "C": 1, "U": (0, 1), "R": 0}}
 
 
-def _is_tol(k) -> bool:
-    return isinstance(k, (float, np.floating)) and not isinstance(k, bool)
-
-
 def _check_policy(p):
     if p not in ("warn", "raise", "ignore"):
         raise ValueError(f"on_rank_deficient must be 'warn', 'raise' or 'ignore'; got {p!r}")
 
 
-def interpolative(key, A: Any, k, *, side: str = "column", method: Any = "lupp",
-                  sketch: Any = None, power_iters: int | None = None,
-                  stable: bool | None = None, oversample: int | None = None,
-                  l: int | None = None, interp: str | None = None, certify: bool = False,
-                  on_rank_deficient: str = "warn", block_size: int = 16,
-                  max_rank: int | None = None, confidence: float | None = None):
-    """Randomized interpolative decomposition (column, row or two-sided).
+def _check_side(side):
+    if side not in ("column", "row", "two_sided"):
+        raise ValueError(f"side must be 'column', 'row' or 'two_sided'; got {side!r}")
 
-    Skeletons by Algorithm ``algo:sketch_pivot_CUR_general`` (default Rand-LUPP, Algorithm
-    ``algo:rand-id-lupp``, Gaussian sketch, ``l = k + 10``), then
 
-    * ``side="column"``: ``A ~ C W``, ``C = A(:, cols)`` (Eq. ``eq:def_column_id``);
-    * ``side="row"``: ``A ~ W R``, ``R = A(rows, :)`` (Eq. ``eq:def_row_id``);
-    * ``side="two_sided"``: ``A ~ W_rows S W_cols`` (Eq. ``eq:def_two_sided_id``).
+_REMOVED = ("certify", "confidence")
 
-    With ``interp="exact"`` (default) ``W = C^+ A`` (the best coefficients for these
-    skeletons; one more pass over A); ``interp="sketch"`` uses ``W = X_1^+ X`` (no extra
-    pass). The certificate ``eta`` always comes with the result; ``certify=True`` (dense and
-    sparse A) adds ``bound >= ||A - C C^+ A||_F`` (one more pass; use
-    :func:`rdr_jax.diagnostics.certificate` for other operators).
+
+def _deprecated_id_kwargs(where: str):
+    """0.1 keywords of :func:`interpolative` / :func:`cur`: Method fields move onto the
+    Method; a float ``k`` (fixed accuracy) goes to :func:`interpolative_to_tolerance`;
+    ``certify``/``confidence`` (which added fields to the result) raise, naming
+    :func:`rdr_jax.error_bound`."""
+    def handler(args, kwargs, old):
+        for name in _REMOVED:
+            if name in old and old[name] not in (None, False):
+                raise TypeError(
+                    f"{where}({name}=...) was removed in rdr_jax 0.2 (it changed the result's "
+                    "shape): bound the error of the result with rdr_jax.error_bound(key2, A, "
+                    "result, failure_prob=...) (Frobenius and spectral), or use "
+                    "interpolative_to_tolerance(..., failure_prob=...) for certified stopping")
+            old.pop(name, None)
+        k = args[2] if len(args) > 2 else kwargs.get("k")
+        kwargs["method"] = SL.method_from_call(kwargs.get("method", "lupp"), old, where, k)
+        if old:
+            raise TypeError(f"{where}() got unexpected keyword argument(s) {sorted(old)}")
+        return args, kwargs
+    return handler
+
+
+def _is_tol(k) -> bool:
+    return isinstance(k, (float, np.floating)) and not isinstance(k, bool)
+
+
+def _interpolative_dispatch(args, kwargs, old):
+    """0.1 spellings of :func:`interpolative`; a float k (fixed accuracy) with its options
+    goes to :func:`interpolative_to_tolerance`."""
+    k = args[2] if len(args) > 2 else kwargs.get("k")
+    if _is_tol(k):
+        DEP.warn("interpolative(key, A, tol)", "interpolative_to_tolerance(key, A, tol)",
+                 stacklevel=4)
+        kwargs.pop("on_rank_deficient", None)
+        if old.pop("certify", False):
+            raise TypeError("interpolative(certify=True) was removed in rdr_jax 0.2: use "
+                            "interpolative_to_tolerance(..., failure_prob=...) for a certified "
+                            "tolerance, or rdr_jax.error_bound(key2, A, result)")
+        return (interpolative_to_tolerance,) + _tolerance_kwargs(args, kwargs, old)
+    return _deprecated_id_kwargs("interpolative")(args, kwargs, old)
+
+
+def interpolative(key, A: Any, k: int, *, side: str = "column", method: Any = "lupp",
+                  on_rank_deficient: str = "warn"):
+    """Randomized interpolative decomposition of rank k (thesis Section 2.2.2, Algorithm 1).
+
+    ``side="column"``: ``A ~ C W`` with ``C = A(:, cols)`` (Eq. (2.5)); ``"row"``: ``A ~ W R``
+    with ``R = A(rows, :)`` (Eq. (2.6)); ``"two_sided"``: ``A ~ W_rows S W_cols`` (Eq. (2.7)).
+    Skeletons by pivoting on a sketch (default Rand-LUPP, Gaussian sketch, ``l = k + 10``);
+    ``W = C^+ A`` (the method's ``interp="exact"``) or from the sketch (``"sketch"``).
+    Why: the pivots cost a factorisation of an l x n sketch, not of A.
 
     Args:
       key: ``jax.random.key``.
-      A: m x n matrix or operator (dense, scipy.sparse, BCOO, implicit, factored).
-      k: an int rank ``1 <= k <= min(m, n)`` (static), or a float tolerance in (0, 1): the
-        rank is then chosen by blocked randomized LUPP (:mod:`rdr_jax.id_cur.fixed_accuracy`) so
-        that the estimated relative Frobenius error is below ``tol``; the arrays are padded
-        to ``max_rank`` (default ``min(m, n, 1024)``) and ``rank`` holds the rank found
-        (``.trim()`` cuts them eagerly). ``tol`` is traced: no recompilation per tolerance.
+      A: m x n matrix or operator (dense, scipy.sparse, BCOO, implicit, factored, scipy
+        LinearOperator).
+      k: rank, an int ``1 <= k <= min(m, n)`` (static). For a tolerance use
+        :func:`interpolative_to_tolerance`.
       side: ``"column"``, ``"row"`` or ``"two_sided"``.
-      method, sketch, power_iters, stable, oversample, l: see
-        :func:`rdr_jax.id_cur.selection.select_columns` (``method`` may be a
-        :class:`rdr_jax.id_cur.selection.Method`).
-      interp: ``"exact"`` or ``"sketch"`` (overrides the method's; default ``"exact"``).
-      certify: compute the Frobenius bound (dense/sparse inputs).
-      on_rank_deficient: k above the numerical rank of A makes the skeleton
-        ill-conditioned. ``"warn"`` (default) warns and ``"raise"`` raises ValueError on
-        eager calls (after reading the scalar ``numerical_rank``); under the caller's
-        jit/vmap nothing can be raised: read ``numerical_rank``. ``"ignore"`` skips the read
-        (fully asynchronous dispatch).
-      block_size, max_rank: fixed-accuracy mode only.
-      confidence: None, or a probability in (0, 1). The result then carries
-        ``error_certificate`` (:func:`rdr_jax.error_certificate` of the returned factors,
-        failure probability ``1 - confidence``, 20 Gaussian test vectors: one more pass
-        over A with 20 vectors). In fixed-accuracy mode it also changes the stopping rule:
-        the loop stops only when a *certified* bound is below ``tol``
-        (:mod:`rdr_jax.id_cur.fixed_accuracy`, "Certified stopping"), so
-        ``||A - A_hat||_F <= tol ||A||_F`` holds with probability >= ``confidence``;
-        ``error_bound`` reports that bound (a warning when tol could not be certified).
+      method: a :class:`~rdr_jax.Method` (sketch, power iterations, oversampling,
+        interpolation), a pivoting object or a name (``"lupp"``, ``"Rand-CPQR-1piter"``, ...).
+      on_rank_deficient: k above A's numerical rank: ``"warn"`` (default), ``"raise"``
+        (ValueError) or ``"ignore"``; under jit read the result's ``numerical_rank``.
 
     Returns:
-      :class:`ColumnID`, :class:`RowID` or :class:`TwoSidedID`.
-
-    Example:
-      >>> cid = interpolative(jax.random.key(0), A, 20)
-      >>> jnp.linalg.norm(A - cid.C @ cid.W) / jnp.linalg.norm(A)
-      >>> rid = interpolative(jax.random.key(0), A, 1e-6, side="row").trim()  # fixed accuracy
+      :class:`ColumnID`, :class:`RowID` or :class:`TwoSidedID` (by ``side``), each with
+      the certificate ``eta``. Bound its error with :func:`rdr_jax.error_bound`.
     """
-    if side not in ("column", "row", "two_sided"):
-        raise ValueError(f"side must be 'column', 'row' or 'two_sided'; got {side!r}")
+    if _is_tol(k):
+        DEP.warn("interpolative(key, A, tol)", "interpolative_to_tolerance(key, A, tol)")
+        return interpolative_to_tolerance(key, A, k, side=side, method=method)
+    _check_side(side)
     _check_policy(on_rank_deficient)
-    delta = FA.check_confidence(confidence)
     key = V.check_key(key)
     op = as_operator(A)
-    if _is_tol(k):
-        m = resolve_method(method, sketch=sketch, power_iters=power_iters, stable=stable,
-                           oversample=oversample, interp=interp)
-        if not isinstance(m.pivot, LUPP) or m.power_iters:
-            raise ValueError("fixed-accuracy mode (float tol) uses blocked randomized LUPP; "
-                             f"method must be 'lupp'/'Rand-LUPP', got {method!r}")
-        tol = float(k)
-        if not (0.0 < tol < 1.0) or not math.isfinite(tol):
-            raise ValueError(f"tol must be in (0, 1) (a relative Frobenius error); got {k}")
-        mn = min(op.shape)
-        b = min(V.check_int("block_size", block_size, low=1), mn)
-        cap = min(mn, 1024) if max_rank is None else V.check_int(
-            "max_rank", max_rank, low=1, high=mn, high_desc=f"min(m, n) = {mn}")
-        res = _interpolative_tol(key, op, jnp.asarray(tol, V.real_dtype(op.dtype)),
-                                 _TolOptions(side, m.interp, b, cap, delta))
-        _check_result(res, cap, "ignore", tol)
-        return res
     k = check_rank(k, op.shape)
-    m = resolve_method(method, sketch=sketch, power_iters=power_iters, stable=stable,
-                       oversample=oversample, interp=interp).for_operator(
-                           op, adjoint=side == "row")     # a row ID runs on A^H
+    m = resolve_method(method).for_operator(op, adjoint=side == "row")   # a row ID runs on A^H
     m.pivot.check_backend()
-    l = sketch_size(m, k, op.shape, l)
-    sz = SL.plan(m, k, l, op.shape)
-    res = _interpolative(key, op, *sz, _Options(m, side, bool(certify), delta, _sharded(op)))
+    sz = SL.plan(m, k, sketch_size(m, k, op.shape), op.shape)
+    res = _interpolative(key, op, *sz, _Options(m, side, _sharded(op)))
     res = SL.trim(res, k, _TRIM[side])
     _check_result(res, k, on_rank_deficient)
     return res
 
 
-def cur(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = None,
-        power_iters: int | None = None, stable: bool | None = None,
-        oversample: int | None = None, l: int | None = None, certify: bool = False,
-        on_rank_deficient: str = "warn", confidence: float | None = None) -> CUR:
-    """Randomized CUR decomposition ``A ~ C U R`` (Eqs. ``eq:def_cur``, ``eq:cur_stable``).
+def _tolerance_kwargs(args, kwargs, old):
+    if "confidence" in old:
+        c = old.pop("confidence")
+        DEP.warn("interpolative_to_tolerance(confidence=c)",
+                 "interpolative_to_tolerance(failure_prob=1 - c)", stacklevel=5)
+        if c is not None:
+            kwargs["failure_prob"] = 1.0 - CE.check_failure_prob(c, "confidence")
+    for name in ("max_rank", "block_size"):
+        if name in old:
+            kwargs[name] = old.pop(name)
+    kwargs["method"] = SL.method_from_call(kwargs.get("method", "lupp"), old,
+                                           "interpolative_to_tolerance")
+    if old:
+        raise TypeError(f"interpolative_to_tolerance() got unexpected keyword argument(s) "
+                        f"{sorted(old)}")
+    return args, kwargs
 
-    Columns by pivoting on a row-basis approximator, rows by pivoting on ``C`` (Algorithm
-    ``algo:sketch_pivot_CUR_general``), ``U = C^+ A R^+`` by the stable QR construction.
-    The thesis' seven algorithms are ``method="Rand-LUPP"``, ``"Rand-LUPP-1piter"``,
-    ``"Rand-CPQR"``, ``"Rand-CPQR-1piter"``, ``"RSVD-DEIM"``, ``"RSVD-LS"``, ``"SRCUR"``
-    (or pivoting objects / a :class:`rdr_jax.id_cur.selection.Method`).
 
-    Certificates: ``eta`` (columns), ``eta_rows`` (rows) and, with ``certify`` on dense and
-    sparse inputs, ``bound`` with ``||A - CUR||_F <= bound`` (Thm
-    ``thm:pivoting_on_rangeapprox_error_bound`` with Eq. ``eq:id_cur_suboptimality``).
+@DEP.with_deprecated_kwargs(_tolerance_kwargs)
+def interpolative_to_tolerance(key, A: Any, tol: float, *, side: str = "column",
+                               method: Any = "lupp", max_rank: int | None = None,
+                               block_size: int = 16, failure_prob: float | None = None):
+    """Interpolative decomposition whose rank is chosen so that the relative Frobenius error
+    is at most ``tol`` (fixed accuracy, like ``scipy.linalg.interpolative.interp_decomp(A,
+    eps)``).
+
+    Blocked randomized LUPP (beyond the thesis: Pearce et al. 2023, extending Algorithm 2) adds ``block_size`` skeletons at a time
+    until the estimated error is below ``tol``; with the exact interpolation (the default),
+    the shortest pivot prefix meeting ``tol`` is kept. Why: no rank to guess, one compiled
+    program for every tolerance (``tol`` is traced).
 
     Args:
-      key, A, k, method, sketch, power_iters, stable, oversample, l, certify,
-        on_rank_deficient, confidence: as :func:`interpolative` (k must be an int here;
-        ``confidence`` adds ``error_certificate``, an a posteriori bound on
-        ``||A - CUR||`` in both norms).
+      key, A, side: as :func:`interpolative`.
+      tol: relative Frobenius tolerance in (0, 1).
+      method: LUPP without power iterations (the default): ``"lupp"`` or a
+        :class:`~rdr_jax.Method` with ``pivot=LUPP()`` (its ``interp`` is used).
+      max_rank: largest rank tried (default ``min(m, n, 1024)``); arrays are padded to it.
+      block_size: skeletons added per step.
+      failure_prob: None, or in (0, 1): stop only when a *certified* bound is below ``tol``,
+        so the error is at most ``tol ||A||_F`` with probability ``>= 1 - failure_prob``.
 
     Returns:
-      :class:`CUR` ``(rows, cols, C, U, R, eta, eta_rows, rank, numerical_rank, bound)``.
+      :class:`ColumnID`, :class:`RowID` or :class:`TwoSidedID` padded to ``max_rank``:
+      ``rank`` is the rank found, ``error_estimate`` the estimated (or certified) relative
+      error; ``.trim()`` cuts the arrays to ``rank``.
+    """
+    _check_side(side)
+    delta = None if failure_prob is None else CE.check_failure_prob(failure_prob)
+    key = V.check_key(key)
+    op = as_operator(A)
+    m = resolve_method(method)
+    if not isinstance(m.pivot, LUPP) or m.power_iters:
+        raise ValueError("interpolative_to_tolerance uses blocked randomized LUPP; method must "
+                         f"be 'lupp' (or a Method with pivot=LUPP(), power_iters=0); got "
+                         f"{method!r}")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating, np.integer)):
+        raise TypeError(f"tol must be a float in (0, 1); got {type(tol).__name__} {tol!r}")
+    tol = float(tol)
+    if not (0.0 < tol < 1.0) or not math.isfinite(tol):
+        raise ValueError(f"tol must be in (0, 1) (a relative Frobenius error); got {tol}")
+    mn = min(op.shape)
+    b = min(V.check_int("block_size", block_size, low=1), mn)
+    cap = min(mn, 1024) if max_rank is None else V.check_int(
+        "max_rank", max_rank, low=1, high=mn, high_desc=f"min(m, n) = {mn}")
+    res = _interpolative_tol(key, op, jnp.asarray(tol, V.real_dtype(op.dtype)),
+                             _TolOptions(side, m.interp, b, cap, delta))
+    _check_result(res, cap, "ignore", tol, certified=delta is not None)
+    return res
 
-    Example:
-      >>> d = cur(jax.random.key(0), A, 50, method="Rand-LUPP-1piter")
-      >>> err = rdr_jax.lowrank_error(A, d)          # LowRankError(fro, spec, exact)
+
+def cur(key, A: Any, k: int, *, method: Any = "lupp", on_rank_deficient: str = "warn") -> CUR:
+    """Randomized CUR decomposition ``A ~ C U R`` (thesis Eq. (2.8), Algorithm 1).
+
+    Columns by pivoting on a sketch, rows by pivoting on ``C = A(:, cols)``, and
+    ``U = C^+ A R^+`` by the stable construction (Eq. (2.10)). The thesis' seven algorithms
+    are the names ``"Rand-LUPP"`` (default), ``"Rand-LUPP-1piter"``, ``"Rand-CPQR"``,
+    ``"Rand-CPQR-1piter"``, ``"RSVD-DEIM"``, ``"RSVD-LS"``, ``"SRCUR"``
+    (``docs/choosing-a-method.md`` says which to use when). Why: C and R are actual columns
+    and rows of A, which keeps sparsity and interpretability.
+
+    Args:
+      key, A, k, method, on_rank_deficient: as :func:`interpolative` (k an int rank).
+
+    Returns:
+      :class:`CUR` with the certificates ``eta`` (columns) and ``eta_rows`` (rows).
     """
     _check_policy(on_rank_deficient)
-    delta = FA.check_confidence(confidence)
     if _is_tol(k):
         raise TypeError("cur() takes an integer rank k; for a tolerance use "
-                        "interpolative(key, A, tol, side='two_sided') or pick k from it")
+                        "interpolative_to_tolerance(key, A, tol, side='two_sided')")
     key = V.check_key(key)
     op = as_operator(A)
     k = check_rank(k, op.shape)
-    m = resolve_method(method, sketch=sketch, power_iters=power_iters, stable=stable,
-                       oversample=oversample).for_operator(op)
+    m = resolve_method(method).for_operator(op)
     m.pivot.check_backend()
-    l = sketch_size(m, k, op.shape, l)
-    sz = SL.plan(m, k, l, op.shape)
-    res = SL.trim(_cur(key, op, *sz, _Options(m, "cur", bool(certify), delta, _sharded(op))), k,
-                  _TRIM["cur"])
+    sz = SL.plan(m, k, sketch_size(m, k, op.shape), op.shape)
+    res = SL.trim(_cur(key, op, *sz, _Options(m, "cur", _sharded(op))), k, _TRIM["cur"])
     _check_result(res, k, on_rank_deficient)
     return res
+
+
+interpolative = DEP.with_deprecated_kwargs(_interpolative_dispatch)(interpolative)
+cur = DEP.with_deprecated_kwargs(_deprecated_id_kwargs("cur"))(cur)
 
 
 def id_to_svd(decomp) -> RSVD:
@@ -718,7 +657,7 @@ def id_to_svd(decomp) -> RSVD:
     F, G, H = decomp.factors()
     Qf, Rf = jnp.linalg.qr(F, mode="reduced")
     Qh, Rh = jnp.linalg.qr(H, mode="reduced")
-    core = Rf if G is None else _mm(Rf, G)
-    core = _mm(core, Rh.conj().T)
+    core = Rf if G is None else L.mm(Rf, G)
+    core = L.mm(core, Rh.conj().T)
     Uc, s, Vch = jnp.linalg.svd(core, full_matrices=False)
-    return RSVD(_mm(Qf, Uc), s, _mm(Vch, Qh.conj().T))
+    return RSVD(L.mm(Qf, Uc), s, L.mm(Vch, Qh.conj().T))

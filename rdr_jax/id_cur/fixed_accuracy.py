@@ -1,77 +1,8 @@
-"""Fixed-accuracy interpolative decompositions: blocked randomized LUPP with a residual
-estimate, as one traceable ``jax.lax.while_loop``.
-
-Given a relative Frobenius tolerance ``tol`` instead of a rank, find skeleton rows ``I`` and
-an interpolation matrix ``W`` with ``||A - W A(I, :)||_F <~ tol ||A||_F`` (Pearce, Chen, Dong
-and Martinsson 2023, "Adaptive parallelizable algorithms for interpolative decompositions
-via partially pivoted LU"; the fixed-accuracy extension in the Chapter 2 section of
-``reference/implementation-notes.md``; the fixed-rank Rand-LUPP it extends is thesis
-Algorithm ``algo:rand-id-lupp``).
-
-Blocked randomized LUPP on the Schur complement. With the current row ID ``A ~ W A(I, :)``
-(``s = |I|``, ``W(I, :) = I_s``), repeat with a fresh Gaussian sketch ``Omega'`` of size
-``n x (b + p)``, entries N(0, 1/(b + p)):
-
-1. ``Y' = A Omega'`` (one pass over A) and its Schur complement
-   ``S = Y' - W Y'(I, :) = (A - W A(I, :)) Omega'``. Because ``Omega'`` is independent of
-   the pivots, ``E ||S||_F^2 = ||A - W A(I, :)||_F^2``: an *unbiased* estimate of the
-   squared residual. ``||A||_F^2`` is estimated by the running mean of ``||Y'||_F^2`` over
-   all sketches drawn so far.
-2. Stop when ``||S||_F^2 <= tol^2 ||A||_F^2`` (estimates), or when ``s`` reached
-   ``max_rank`` (``converged=False``).
-3. Otherwise LUPP on ``S`` (m x (b + p)) picks up to ``b`` new rows ``I'``;
-   ``w = S S(I', :)^+`` (least squares over all b + p sketch columns: the p extra columns
-   oversample the interpolation, as in Rand-LUPP's ``X_1^+ X``), and
-   ``W <- [W - w W(I', :), w]``, ``I <- [I, I']``. Pivots that are numerically zero
-   (relative to the block, or below the rounding floor ``10 eps sqrt(max(m, n)) ||A||_F /
-   sqrt(b + p)``) are dropped; if no pivot survives the residual is numerically zero, so
-   the loop stops with ``converged=True`` and ``error_estimate=0`` -- an exact-rank matrix
-   stops at its rank.
-
-Sketch ``t`` (t = 0, 1, ...) is drawn from ``jax.random.fold_in(key, t)``. Everything has
-static shapes: ``I`` and ``W`` are padded to ``max_rank`` (entries past ``rank`` are zero),
-so the functions here are pure under ``jax.jit`` (with ``A`` and ``tol`` as traced
-arguments) and ``jax.vmap`` over keys (a batched while loop). There are no host syncs, so
-no warning can be raised when ``tol`` is not reached: check ``converged``.
-
-Certified stopping (``confidence = 1 - delta``; beyond the thesis). The estimate above
-meets ``tol`` only on average. With a confidence, step 2 instead treats
-``||S||_F^2 <= tau_0 tol^2 ||A||_F^2`` (estimates) as a *candidate* stop and certifies it on
-``s_c = 24`` fresh Gaussian vectors ``Omega_c`` (independent of everything the residual
-``E_t = A - W A(I, :)`` was built from): with ``X = ||E_t Omega_c||_F^2 / s_c`` and the
-Chernoff factor ``tau_j`` of :mod:`rdr_jax.certify` (Eq. (F)) at failure probability
-``delta_j = delta / 2^(j + 1)`` for the j-th certification, stop when
-
-    ``X / tau_j <= tol^2 ||A||_F^2``,
-
-with ``||A||_F^2`` exact for dense and sparse A, and otherwise replaced by its lower bound
-``mean_t ||A omega_t||^2 / tau'_j`` over every vector drawn (upper-tail Chernoff factor,
-``delta_j`` then split in halves). A failed certification continues the loop. Every
-certification fails with probability at most its ``delta_j`` given the past, and
-``sum_j delta_j <= delta``, so by a union bound the returned ``W`` satisfies
-``||A - W A(I, :)||_F <= tol ||A||_F`` with probability >= 1 - delta whenever it is
-returned ``converged``. ``tau_0`` (the first check's factor) places candidates where the
-first certification is likely to pass; the price of the guarantee is a rank a little
-above the estimate-based one (the error must be ~1.8x below ``tol`` to certify).
-
-Scaling: every sketch is computed as ``2^k A Omega'`` with an exact power of two ``2^k``
-chosen so that ``|Y'| ~ 1`` (``k = 0``, i.e. bit-identical arithmetic, unless the data are
-within a factor ``2^(maxexp/4)`` of under/overflow): for dense and sparse inputs from the
-largest ``|a_ij|`` decoded from its bits (``rdr_jax._src.fp``), for other operators from the
-first sketch. Matrices scaled by e.g. 1e-30 or 1e30 in float32 (whose squared norms would
-under/overflow) therefore give the same skeletons as the unscaled matrix, and dense or sparse
-inputs with subnormal entries -- which XLA flushes to zero in arithmetic -- are rescaled
-exactly before use. (Implicit and factored operators whose own products underflow cannot be
-rescued this way.) ``norm_estimate`` is reported in the units of ``A``, so it can itself
-underflow to 0 for a subnormal ``||A||_F``.
-
-Public functions:
-
-* :func:`adaptive_row_skeletons` -> :class:`AdaptiveRows`   (``A ~ W A(rows, :)``)
-* :func:`adaptive_column_skeletons` -> :class:`AdaptiveColumns` (``A ~ A(:, cols) W``)
-* :func:`exact_prefix` -- the shortest prefix of a column skeleton whose exact-coefficient
-  column ID (``W = C^+ A``) meets ``tol`` (for dense and sparse inputs, whose ``||A||_F``
-  is exact).
+"""Fixed-accuracy interpolative decompositions: blocked randomized LUPP with an unbiased
+residual estimate, as one traceable ``jax.lax.while_loop`` (beyond the thesis: it extends Algorithm 2; Pearce, Chen,
+Dong and Martinsson 2023). The rank is chosen so that ``||A - W A(rows, :)||_F <~ tol ||A||_F``;
+with ``failure_prob`` the stop is certified. Algorithm, certified stopping and scaling:
+``docs/id-cur.md`` ("Fixed accuracy").
 """
 
 from __future__ import annotations
@@ -90,8 +21,9 @@ from jaxtyping import Array, Bool, Float, Inexact, Int
 from rdr_jax._src import jit as _jit
 from rdr_jax._src import fp as _fp
 from rdr_jax import certify as CE
+from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
-from rdr_jax.operators import HIGHEST, DenseOperator, LinearOperator, SparseOperator, as_operator
+from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
 
 __all__ = ["DEFAULT_MAX_RANK", "AdaptiveColumns", "AdaptiveRows", "adaptive_column_skeletons",
            "adaptive_row_skeletons", "exact_prefix"]
@@ -117,8 +49,8 @@ class AdaptiveRows(NamedTuple):
       converged: bool scalar, ``error_estimate <= tol`` (or an exactly zero residual).
         False when ``max_rank`` was reached first (or a sketch was not finite). With
         ``confidence``: the certified bound met ``tol``.
-      error_bound: with ``confidence`` only (else None): relative Frobenius bound
-        ``>= ||A - W A(rows, :)||_F / ||A||_F`` with probability >= ``confidence`` (see
+      error_bound: with ``failure_prob`` only (else NaN): relative Frobenius bound
+        ``>= ||A - W A(rows, :)||_F / ||A||_F`` with probability >= ``1 - failure_prob`` (see
         "Certified stopping" in the module docstring); 0 for a numerically zero residual,
         NaN when no certification passed.
     """
@@ -129,7 +61,7 @@ class AdaptiveRows(NamedTuple):
     error_estimate: Float[Array, ""]
     norm_estimate: Float[Array, ""]
     converged: Bool[Array, ""]
-    error_bound: Any = None
+    error_bound: Any
 
 
 class AdaptiveColumns(NamedTuple):
@@ -148,7 +80,7 @@ class AdaptiveColumns(NamedTuple):
     error_estimate: Float[Array, ""]
     norm_estimate: Float[Array, ""]
     converged: Bool[Array, ""]
-    error_bound: Any = None
+    error_bound: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,20 +142,18 @@ def _sketcher(op, key, l, rdt):
     One call site for the Gaussian generator and one for the product (compile time).
     """
     dt = np.dtype(op.dtype)
-    if isinstance(op, DenseOperator):
-        k0 = _shift(_fp.max_exponent(op.array), rdt)
+    e = op.max_exponent()
+    if e is not None and op.dense:            # dense: rescale only when needed
+        k0 = _shift(e, rdt)
 
         def sketch(t, k):
             Om = _gaussian(op, key, t, l)
-            Y = jax.lax.cond(
-                k != 0, lambda: jnp.matmul(_fp.ldexp(op.array, k), Om, precision=HIGHEST),
-                lambda: op.matmat(Om))
+            Y = jax.lax.cond(k != 0, lambda: op.ldexp(k).matmat(Om), lambda: op.matmat(Om))
             return Y.astype(dt), k
         return k0, sketch
-    if isinstance(op, SparseOperator):
-        k0 = _shift(_fp.max_exponent(op.data_r), rdt)
-        ops = dataclasses.replace(op, data_r=_fp.ldexp(op.data_r, k0),
-                                  data_c=_fp.ldexp(op.data_c, k0))
+    if e is not None:                         # sparse: rescale the stored entries once
+        k0 = _shift(e, rdt)
+        ops = op.ldexp(k0)
         return k0, lambda t, k: (ops.matmat(_gaussian(op, key, t, l)).astype(dt), k)
 
     one = jnp.ones((), rdt)
@@ -265,11 +195,7 @@ MAX_CHECKS = 30
 
 def _exact_norm2(op, k0):
     """``||2^k0 A||_F^2`` for dense and sparse inputs (exact), else None."""
-    if isinstance(op, DenseOperator):
-        return jnp.sum(jnp.abs(_fp.ldexp(op.array, k0)) ** 2)
-    if isinstance(op, SparseOperator):
-        return jnp.sum(jnp.abs(_fp.ldexp(op.data_r, k0)) ** 2)
-    return None
+    return op.ldexp(k0).fro_norm_sq() if op.explicit else None
 
 
 def _certifier(op, key, cfg: _Config, rdt, k0):
@@ -367,7 +293,7 @@ def _rows_impl(key, op: LinearOperator, tol, cfg: _Config) -> AdaptiveRows:
     err = jnp.where(norm2 > 0, jnp.sqrt(st.e2 / jnp.where(norm2 > 0, norm2, 1)), 0.0)
     err = jnp.where(jnp.isnan(st.e2), jnp.nan, err)
     norm = _fp.ldexp(jnp.sqrt(norm2), -st.k)
-    bound = jnp.sqrt(st.bound2).astype(rdt) if certified else None
+    bound = jnp.sqrt(st.bound2).astype(rdt)       # NaN unless certified
     return AdaptiveRows(st.I[:cap], st.W[:, :cap], st.s, err.astype(rdt), norm.astype(rdt),
                         st.converged, bound)
 
@@ -413,14 +339,26 @@ def _check_tol(tol, rdt) -> jax.Array:
     return jnp.asarray(value, rdt)
 
 
-def check_confidence(confidence) -> Optional[float]:
-    """``confidence`` None or a float in (0, 1); returns ``delta = 1 - confidence``."""
-    if confidence is None:
+def check_failure_prob(failure_prob) -> Optional[float]:
+    """``failure_prob`` None or a float in (0, 1)."""
+    if failure_prob is None:
         return None
-    return 1.0 - CE.check_delta(confidence, "confidence")
+    return CE.check_failure_prob(failure_prob)
 
 
-def _prepare(key, A, tol, block_size, oversample, max_rank, confidence, *, adjoint: bool):
+def _confidence_kwarg(where):
+    def handler(args, kwargs, old):
+        if set(old) != {"confidence"}:
+            raise TypeError(f"{where}() got unexpected keyword argument(s) {sorted(old)}")
+        DEP.warn(f"{where}(confidence=c)", f"{where}(failure_prob=1 - c)", stacklevel=5)
+        c = old["confidence"]
+        kwargs["failure_prob"] = None if c is None else 1.0 - CE.check_failure_prob(
+            c, "confidence")
+        return args, kwargs
+    return handler
+
+
+def _prepare(key, A, tol, block_size, oversample, max_rank, failure_prob, *, adjoint: bool):
     key = V.check_key(key)
     op = as_operator(A)
     m, n = op.shape
@@ -436,12 +374,13 @@ def _prepare(key, A, tol, block_size, oversample, max_rank, confidence, *, adjoi
     ncols = m if adjoint else n                     # columns of the operator that is sketched
     p = min(p, ncols - b)
     return key, op, tol, _Config(block_size=b, oversample=p, max_rank=cap,
-                                 delta=check_confidence(confidence))
+                                 delta=check_failure_prob(failure_prob))
 
 
+@DEP.with_deprecated_kwargs(_confidence_kwarg("adaptive_row_skeletons"))
 def adaptive_row_skeletons(key, A: Any, tol, *, block_size: int = 16, oversample: int = 8,
                            max_rank: int | None = None,
-        confidence: float | None = None) -> AdaptiveRows:
+                           failure_prob: float | None = None) -> AdaptiveRows:
     """Fixed-accuracy row ID ``A ~ W A(rows, :)`` by blocked randomized LUPP.
 
     See the module docstring for the algorithm (Pearce, Chen, Dong, Martinsson 2023;
@@ -466,9 +405,9 @@ def adaptive_row_skeletons(key, A: Any, tol, *, block_size: int = 16, oversample
       max_rank: static cap on the rank, ``1 <= max_rank <= min(m, n)``. Default
         ``min(m, n, 1024)`` (:data:`DEFAULT_MAX_RANK`): the outputs and work arrays are
         padded to it (``W`` is m x max_rank), so a larger cap is the caller's choice.
-      confidence: None (stop on the unbiased estimate: the tolerance is met on average), or
-        a probability in (0, 1): stop only when a certified bound is below ``tol``, so
-        ``||A - W A(rows, :)||_F <= tol ||A||_F`` holds with probability >= ``confidence``
+      failure_prob: None (stop on the unbiased estimate: the tolerance is met on average), or
+        in (0, 1): stop only when a certified bound is below ``tol``, so
+        ``||A - W A(rows, :)||_F <= tol ||A||_F`` holds with probability >= 1 - failure_prob
         when ``converged`` ("Certified stopping" in the module docstring).
 
     Returns:
@@ -486,14 +425,15 @@ def adaptive_row_skeletons(key, A: Any, tol, *, block_size: int = 16, oversample
       >>> batch = jax.vmap(lambda key: adaptive_row_skeletons(key, A, 1e-3))(
       ...     jax.random.split(jax.random.key(0), 8))
     """
-    key, op, tol, cfg = _prepare(key, A, tol, block_size, oversample, max_rank, confidence,
+    key, op, tol, cfg = _prepare(key, A, tol, block_size, oversample, max_rank, failure_prob,
                                  adjoint=False)
     return _adaptive_rows(key, op, tol, cfg)
 
 
+@DEP.with_deprecated_kwargs(_confidence_kwarg("adaptive_column_skeletons"))
 def adaptive_column_skeletons(key, A: Any, tol, *, block_size: int = 16, oversample: int = 8,
                               max_rank: int | None = None,
-        confidence: float | None = None) -> AdaptiveColumns:
+                              failure_prob: float | None = None) -> AdaptiveColumns:
     """Fixed-accuracy column ID ``A ~ A(:, cols) W``: :func:`adaptive_row_skeletons` on
     ``A^H`` (same key usage), with ``W`` conjugate-transposed back to (max_rank x n).
 
@@ -508,7 +448,7 @@ def adaptive_column_skeletons(key, A: Any, tol, *, block_size: int = 16, oversam
       >>> k = int(res.rank)
       >>> A_hat = A[:, res.cols[:k]] @ res.W[:k]
     """
-    key, op, tol, cfg = _prepare(key, A, tol, block_size, oversample, max_rank, confidence,
+    key, op, tol, cfg = _prepare(key, A, tol, block_size, oversample, max_rank, failure_prob,
                                  adjoint=True)
     return _adaptive_cols(key, op, tol, cfg)
 
@@ -522,23 +462,21 @@ def _scaled_for_prefix(op, rdt):
     ``a2`` the exact ``||2^k A||_F^2`` (None when not available: implicit and factored
     operators), ``rmatmat(Q) = (2^k A)^H Q`` and ``residual2(Q, B)``, the exact
     ``||2^k A - Q B||_F^2`` (dense A: one GEMM; None otherwise)."""
-    if isinstance(op, DenseOperator):
-        k = _shift(_fp.max_exponent(op.array), rdt)
-        As = jnp.where(k != 0, _fp.ldexp(op.array, k), op.array)
-        a2 = jnp.sum(jnp.abs(As) ** 2)
+    e = op.max_exponent()
+    if e is None:
+        return None, None, op.rmatmat, None
+    k = _shift(e, rdt)
+    ops = op.ldexp(k)
+    if not op.dense:
+        return k, ops.fro_norm_sq(), ops.rmatmat, None
+    As = jnp.where(k != 0, ops.todense(), op.todense())
 
-        def rmatmat(Q):
-            return jnp.matmul(As.conj().T, Q, precision=HIGHEST)
+    def rmatmat(Q):
+        return jnp.matmul(As.conj().T, Q, precision=HIGHEST)
 
-        def residual2(Q, B):
-            return jnp.sum(jnp.abs(As - jnp.matmul(Q, B, precision=HIGHEST)) ** 2)
-        return k, a2, rmatmat, residual2
-    if isinstance(op, SparseOperator):
-        k = _shift(_fp.max_exponent(op.data_r), rdt)
-        ops = dataclasses.replace(op, data_r=_fp.ldexp(op.data_r, k),
-                                  data_c=_fp.ldexp(op.data_c, k))
-        return k, jnp.sum(jnp.abs(ops.data_r) ** 2), ops.rmatmat, None
-    return None, None, op.rmatmat, None
+    def residual2(Q, B):
+        return jnp.sum(jnp.abs(As - jnp.matmul(Q, B, precision=HIGHEST)) ** 2)
+    return k, jnp.sum(jnp.abs(As) ** 2), rmatmat, residual2
 
 
 @functools.partial(_jit.jit, static_argnames=("return_factor",))

@@ -1,21 +1,6 @@
-"""Out-of-core matrices: a matrix on disk streamed through the one-pass skeleton selection
-(Algorithm ``algo:sketch_pivot_CUR_online``) within a memory budget.
-
-:class:`DiskMatrix` describes a 2-D floating-point array stored in an HDF5 dataset
-(``h5py``), a ``.npy`` file, or a raw binary file such as one written by ``np.memmap`` /
-``ndarray.tofile``. It holds no data: :meth:`DiskMatrix.blocks` opens the file and yields
-consecutive row (or column) blocks, each read once from disk into a fresh array whose size
-is set by ``memory_budget``. :func:`streaming_cur` runs the two passes of the streaming CUR
-over such a matrix: pass 1 sketches ``X = Gamma A`` and ``Y = A Omega^H`` and pivots on
-them (:func:`rdr_jax.id_cur.streaming.streaming_skeletons`), pass 2 collects ``C``, ``S``, ``R``
-(:func:`rdr_jax.id_cur.streaming.retrieve_skeletons`) and returns ``A ~ C S^+ R``
-(:func:`rdr_jax.id_cur.streaming.cur_from_skeletons`). Peak memory is
-``O((m + n) l) + O(block)``: the sketches plus at most two blocks in flight.
-
-Files are read with explicit ``readinto``/HDF5 hyperslab reads rather than through a
-memory map, because the resident pages of a mapping count towards the process' RSS and
-would grow it to the file size; a read leaves the data in the OS page cache, which is not
-the process' memory.
+"""Out-of-core matrices: a matrix on disk (HDF5, ``.npy`` or raw binary) streamed through
+the one-pass skeleton selection (thesis Algorithm 3) within a memory budget.
+Details: ``docs/id-cur.md`` ("Out of core").
 """
 
 from __future__ import annotations
@@ -27,7 +12,9 @@ from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
+from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
+from rdr_jax.id_cur import selection as SL
 from rdr_jax.id_cur import streaming as ST
 from rdr_jax.id_cur.decompositions import CUR
 
@@ -447,11 +434,11 @@ def _check_size(path: Path, offset: int, shape, dtype) -> None:
 
 
 # ---------------------------------------------------------------------- the two passes
-def streaming_cur(key, A: DiskMatrix, k: int, *, l: int | None = None,
-                  method: Any = "lupp", sketch: Any = "gaussian", axis: int = 0,
+@DEP.with_deprecated_kwargs(SL.deprecated_method_kwargs("streaming_cur"))
+def streaming_cur(key, A: DiskMatrix, k: int, *, method: Any = "lupp", axis: int = 0,
                   progress: bool = True) -> CUR:
     """Streaming CUR of a matrix on disk in two passes
-    (Algorithm ``algo:sketch_pivot_CUR_online``).
+    (Algorithm 3).
 
     Pass 1 (:func:`rdr_jax.id_cur.streaming.streaming_skeletons` over ``A.blocks(axis)``): ``X =
     Gamma A`` (l x n) and ``Y = A Omega^H`` (m x l) in one read of A, then ``k`` columns by
@@ -464,7 +451,7 @@ def streaming_cur(key, A: DiskMatrix, k: int, *, l: int | None = None,
     Memory: ``(m + n) l`` entries for the sketches (plus ``(m + n) k`` for ``C``, ``R``)
     and the blocks in flight, at most ``A.memory_budget`` bytes (see :class:`DiskMatrix`);
     never the whole matrix. The result equals the in-memory
-    ``streaming_skeletons(key, blocks, A.shape, k, l=l, ...)`` on the same blocks (Gamma's
+    ``streaming_skeletons(key, blocks, A.shape, k, method=method)`` on the same blocks (Gamma's
     realisation depends on the blocking, i.e. on ``A.block_size(axis)``). The working dtype
     is the file's, canonicalised as ``jnp.asarray`` does: a float64 file is computed in
     float32 unless ``jax_enable_x64`` is on. Column blocks (``axis=1``) are read as the row
@@ -474,10 +461,9 @@ def streaming_cur(key, A: DiskMatrix, k: int, *, l: int | None = None,
     Args:
       key: ``jax.random.key``.
       A: a :class:`DiskMatrix`.
-      k: number of skeletons (static), ``1 <= k <= l``.
-      l: sketch size (static), default ``min(k + 10, m, n)``.
-      method: ``"lupp"`` (default) or ``"cpqr"``.
-      sketch: Gamma's embedding, ``"gaussian"`` or ``"sparse_sign"`` (SRTT cannot stream).
+      k: number of skeletons (static).
+      method: ``"lupp"`` (default), ``"cpqr"`` or a :class:`~rdr_jax.Method` with one of
+        them (its sketch, ``"gaussian"`` or ``"sparse_sign"``, and oversampling are used).
       axis: 0 streams row blocks, 1 column blocks.
       progress: show a tqdm progress bar over the blocks of each pass.
 
@@ -506,7 +492,7 @@ def streaming_cur(key, A: DiskMatrix, k: int, *, l: int | None = None,
     what = "row blocks" if axis == 0 else "column blocks"
     skel = ST.streaming_skeletons(
         key, tqdm(A.blocks(axis, adjoint=axis == 1), desc=f"pass 1/2: sketch ({what})", **bar),
-        shape, k, method=method, l=l, sketch=sketch, axis=0)
+        shape, k, method=method, axis=0)
     rows, cols = np.asarray(skel.rows), np.asarray(skel.cols)
     eta, eta_rows = skel.eta, skel.eta_rows
     del skel  # free the sketches X, Y before the second pass

@@ -1,46 +1,7 @@
-"""Pivoting schemes on a row-basis approximator (thesis Sec. ``subsec:pivoting_mat_decomp``).
-
-Every function here works on a small matrix ``X`` (l x n, typically a sketch ``Gamma A`` or
-approximate right singular vectors ``V_k^H``) and returns k column indices ``J``. They are
-the "Line 3" of the general framework (Algorithm ``algo:sketch_pivot_CUR_general``); row
-skeletons use the same functions on ``C^H`` (Line 4).
-
-* :func:`lupp` -- LU with partial pivoting on ``X^T`` (Eq. ``eq:def_LUPP``): step t picks
-  ``j_t = argmax_j |X^{(t-1)}(t, j)|`` in the current Schur complement. O(n k^2); available on
-  CPU, GPU and TPU (``jax.lax.linalg.lu``). Its first k pivots depend only on the first k
-  rows of X, so oversampling does not change them (it pays off in :func:`interpolation`).
-* :func:`cpqr` -- column-pivoted QR (Eq. ``eq:def_QRCP``): step t picks the column of
-  largest residual norm. ``impl="lapack"`` calls geqp3 (CPU/GPU; there is no TPU lowering,
-  so it raises :class:`BackendError` there); ``impl="xla"`` is a portable pivoted
-  Gram-Schmidt in ``lax.fori_loop`` (O(k l n), runs on every backend).
-* :func:`leverage_scores` / :func:`leverage` -- sampling by the leverage scores
-  ``p_j = ||V_k^H(:, j)||^2 / k`` without replacement (Gumbel top-k), or the deterministic
-  top-k the authors' code used.
-* :func:`maxvol_refine` -- spectrum-revealing swaps: while some interpolation coefficient
-  ``|T_ij| > g`` swap column ``J_i`` for column ``j``; each swap multiplies the volume
-  ``|det X(:, J)|`` by ``|T_ij| > g`` (used by SRCUR).
-* :func:`interpolation` -- ``T = X_1^+ X`` (k x n, ``T[:, J] = I``) and the a-posteriori
-  factor ``eta = ||[I, X_1^+ X_2]||_2 = sqrt(1 + ||X_1^+ X_2||_2^2)`` of
-  Thm ``thm:pivoting_on_rangeapprox_error_bound``.
-
-All functions are jit/vmap compatible with ``k`` static (they are jitted themselves, so
-eager calls compile once per shape).
-
-**Scaling.** Pivots, ``T`` and ``eta`` are invariant to scaling X, and so are the results:
-every function first rescales its input by a power of two so that the largest entry lies in
-[1, 2) (exact: no rounding; ``rdr_jax._src.fp.normalize``), so Gram products neither overflow
-nor underflow. Any finite X -- e.g. float32 scaled by 1e-30 ... 1e30, subnormal X (which XLA on
-CPU otherwise reads as 0), an all-zero X -- gives finite, true results, and the pivots of
-normal inputs are exactly those of the unscaled algorithms. A Gram matrix the caller formed
-in its own precision (``eta_from_gram(..., gram)``, ``eta_rows_from_gram``) may have over- or
-underflowed; it is checked and then recomputed from X (or C, when given), or flagged NaN.
-
-**Degenerate inputs.** With a rank-deficient pivot block ``X_1 = X(:, J)`` (X of rank < k, or
-an all-zero X), ``X_1^+`` is the pseudo-inverse on the numerical rank (singular values
-``<= max(l, k) eps sigma_1`` dropped) and ``T(:, J) = I`` is still set, so an all-zero X gives
-``T = [I, 0]`` (up to the column order) and ``eta = 1``; the factor stays a valid bound as
-long as the pivot columns span ``range(X)``, which LUPP and CPQR pivots do. NaN/Inf entries
-propagate to NaN.
+"""Pivoting kernels on a small row-basis approximator ``X`` (thesis Section 2.2.5): LUPP,
+column-pivoted QR (LAPACK or portable XLA), leverage scores, maxvol swaps and the
+interpolation matrix ``W = X_1^+ X`` with its certificate ``eta``. Details: ``docs/id-cur.md``
+("Pivoting kernels").
 """
 
 from __future__ import annotations
@@ -80,14 +41,9 @@ def cpqr_available(platform: str | None = None) -> bool:
     return platform in ("cpu", "gpu", "cuda", "rocm")
 
 
-def _unit(X):
-    """``X 2^-e`` with its largest entry in [1, 2) (exact), see ``rdr_jax._src.fp.normalize``."""
-    return _fp.normalize(X)[0]
-
-
 @functools.partial(jax.jit, static_argnames=("k",))
 def lupp(X: jax.Array, k: int) -> jax.Array:
-    """First k column pivots of LU with partial pivoting on ``X^T`` (Eq. ``eq:def_LUPP``).
+    """First k column pivots of LU with partial pivoting on ``X^T`` (Eq. (2.18)).
 
     ``X Pi = L_l [R_1^LU, R_2^LU]`` with ``|R^LU(i, j)| <= 1``; the returned ``J`` are the
     first k columns of ``Pi``. Only ``X[:k]`` is factored (the first k pivots of partial
@@ -105,7 +61,7 @@ def lupp(X: jax.Array, k: int) -> jax.Array:
     Returns:
       ``J`` (k,) int32, distinct column indices in pivot order.
     """
-    _, _, perm = jax.lax.linalg.lu(_unit(X[:k]).T)
+    _, _, perm = jax.lax.linalg.lu(_fp.normalize(X[:k])[0].T)
     return perm[:k].astype(jnp.int32)
 
 
@@ -134,7 +90,7 @@ def _cpqr_xla(X, k):
 
 @functools.partial(jax.jit, static_argnames=("k", "impl"))
 def cpqr(X: jax.Array, k: int, *, impl: str = "lapack") -> jax.Array:
-    """First k column pivots of QR with column pivoting on ``X`` (Eq. ``eq:def_QRCP``).
+    """First k column pivots of QR with column pivoting on ``X`` (Eq. (2.17)).
 
     Scale-invariant like :func:`lupp` (X is rescaled by a power of two first, so the column
     norms of ``impl="xla"`` cannot overflow). For ``rank(X) < k`` the pivots after the first
@@ -154,7 +110,7 @@ def cpqr(X: jax.Array, k: int, *, impl: str = "lapack") -> jax.Array:
       BackendError: ``impl="lapack"`` on a backend without a CPQR lowering (TPU).
     """
     if impl == "xla":
-        return _cpqr_xla(_unit(X), k)
+        return _cpqr_xla(_fp.normalize(X)[0], k)
     if impl != "lapack":
         raise ValueError(f"impl must be 'lapack' or 'xla'; got {impl!r}")
     if not cpqr_available():
@@ -162,7 +118,7 @@ def cpqr(X: jax.Array, k: int, *, impl: str = "lapack") -> jax.Array:
             f"column-pivoted QR (geqp3) has no lowering on backend {jax.default_backend()!r}; "
             "use method='lupp' (available everywhere) or cpqr_impl='xla' (portable pivoted "
             "Gram-Schmidt)")
-    _, _, P = jax.lax.linalg.qr(_unit(X), pivoting=True, full_matrices=False)
+    _, _, P = jax.lax.linalg.qr(_fp.normalize(X)[0], pivoting=True, full_matrices=False)
     return P[:k].astype(jnp.int32)
 
 
@@ -173,7 +129,7 @@ def leverage_scores(V: jax.Array) -> jax.Array:
 
     Computed as ``p_j = ||V(:, j)||^2 / ||V||_F^2`` after an exact power-of-two rescaling, so
     any scaling of V gives the same scores; an all-zero V gives the uniform ``p_j = 1/n``."""
-    p = jnp.sum(jnp.abs(_unit(V)) ** 2, axis=0)
+    p = jnp.sum(jnp.abs(_fp.normalize(V)[0]) ** 2, axis=0)
     tot = jnp.sum(p)
     return jnp.where(tot > 0, p / jnp.where(tot > 0, tot, 1), 1.0 / p.shape[0])
 
@@ -205,7 +161,7 @@ def _pivot_map(X1):
     triangular solve (``rdr_jax._src.linalg.pseudo_inverse``): ``X_1^+`` to working accuracy
     for a block of full numerical rank, the pseudo-inverse of its leading independent
     columns for a rank-deficient one (0 for an all-zero block). No SVD, no branch. Callers
-    pass a power-of-two-rescaled block (:func:`_unit`), so nothing overflows.
+    pass a power-of-two-rescaled block (``_fp.normalize``), so nothing overflows.
     """
     l, k = X1.shape
     valid = jnp.ones((k,), bool)
@@ -215,25 +171,25 @@ def _pivot_map(X1):
 
 @jax.jit
 def interpolation(X: jax.Array, J: jax.Array) -> jax.Array:
-    """Interpolation matrix ``T = X_1^+ X`` (k x n) with ``X_1 = X(:, J)`` (l x k).
+    """Interpolation matrix ``W = X_1^+ X`` (k x n) with ``X_1 = X(:, J)`` (l x k).
 
-    ``T(:, J) = I_k`` (set exactly), so ``T`` is the rank-k row-basis approximator with unit
-    pivot block that Thm ``thm:pivoting_on_rangeapprox_error_bound`` is applied to when
+    ``W(:, J) = I_k`` (set exactly), so ``W`` is the rank-k row-basis approximator with unit
+    pivot block that Theorem 2.1 is applied to when
     ``l > k``; for ``l = k`` it is ``X_1^{-1} X``. ``X_1^+ = R_1^{-1} Q_1^H`` from a QR of the
     small ``X_1``, then one GEMM with X. For CPQR pivots this equals
     ``R_11^{-1} [R_11, R_12]`` (the classic ID coefficients); for LUPP pivots with ``l = k``,
     ``(R_1^LU)^{-1} R^LU``.
 
-    T does not depend on the scale of X: X is rescaled by a power of two first (exact), so
-    any X from 1e-30 to 1e30 (float32), subnormal X included, gives the same T. Degenerate
+    W does not depend on the scale of X: X is rescaled by a power of two first (exact), so
+    any X from 1e-30 to 1e30 (float32), subnormal X included, gives the same W. Degenerate
     cases: for a rank-deficient ``X_1`` the pseudo-inverse on its numerical rank is used
-    (see the module docstring); an all-zero X gives ``T(:, J) = I`` and zeros elsewhere.
+    (see the module docstring); an all-zero X gives ``W(:, J) = I`` and zeros elsewhere.
     NaN/Inf in X give NaN.
     """
-    Xn = _unit(X)
-    T = jnp.matmul(_pivot_map(Xn[:, J]), Xn, precision=HIGHEST)
+    Xn = _fp.normalize(X)[0]
+    W = jnp.matmul(_pivot_map(Xn[:, J]), Xn, precision=HIGHEST)
     k = J.shape[0]
-    return T.at[:, J].set(jnp.eye(k, dtype=T.dtype))
+    return W.at[:, J].set(jnp.eye(k, dtype=W.dtype))
 
 
 def _sqrt_lmax(G, dtype, e=0):
@@ -246,21 +202,21 @@ def _sqrt_lmax(G, dtype, e=0):
 
 
 @jax.jit
-def eta_from_interpolation(T: jax.Array) -> jax.Array:
-    """``eta = ||T||_2 = sqrt(1 + ||X_1^+ X_2||_2^2)`` for ``T = X_1^+ X`` (``T(:, J) = I``).
+def eta_from_interpolation(W: jax.Array) -> jax.Array:
+    """``eta = ||W||_2 = sqrt(1 + ||X_1^+ X_2||_2^2)`` for ``W = X_1^+ X`` (``W(:, J) = I``).
 
-    Since ``T Pi = [I, B]``, ``T T^H = I + B B^H`` and ``||T||_2^2 = 1 + ||B||_2^2``: the
-    a-posteriori factor of Thm ``thm:pivoting_on_rangeapprox_error_bound``
-    (Eq. ``eq:pivoting_on_rangeapprox_error_bound``), O(n k^2).
+    Since ``W Pi = [I, B]``, ``W W^H = I + B B^H`` and ``||W||_2^2 = 1 + ||B||_2^2``: the
+    a-posteriori factor of Theorem 2.1
+    (Eq. (2.19)), O(n k^2).
 
-    T is rescaled by a power of two before its Gram is formed, so large entries (an
-    ill-conditioned pivot block) cannot overflow ``T T^H``; the result is ``>= 1`` (exactly 1
-    for ``T = [I, 0]``), ``+Inf`` only when ``||T||_2`` itself exceeds the dtype's range, NaN
-    when T holds NaN.
+    W is rescaled by a power of two before its Gram is formed, so large entries (an
+    ill-conditioned pivot block) cannot overflow ``W W^H``; the result is ``>= 1`` (exactly 1
+    for ``W = [I, 0]``), ``+Inf`` only when ``||W||_2`` itself exceeds the dtype's range, NaN
+    when W holds NaN.
     """
-    Tn, e = _fp.normalize(T)
+    Tn, e = _fp.normalize(W)
     G = jnp.matmul(Tn, Tn.conj().T, precision=HIGHEST)
-    return _sqrt_lmax(G, T.dtype, jnp.where(e == _fp.ZERO_EXPONENT, 0, e))
+    return _sqrt_lmax(G, W.dtype, jnp.where(e == _fp.ZERO_EXPONENT, 0, e))
 
 
 def _trace(G):
@@ -280,7 +236,7 @@ def _gram_scale_ok(e, dtype, log2_len):
 
 @jax.jit
 def eta_from_gram(X: jax.Array, J: jax.Array, gram: jax.Array | None = None) -> jax.Array:
-    """``eta`` without forming T: ``eta^2 = lambda_max(X_1^+ (X X^H) X_1^{+H})``.
+    """``eta`` without forming W: ``eta^2 = lambda_max(X_1^+ (X X^H) X_1^{+H})``.
 
     ``gram`` is ``X X^H`` (l x l) when already known (``None``: computed, O(n l^2); pass the
     identity for X with orthonormal rows such as ``V_k^H``). Same value as
@@ -315,9 +271,9 @@ def eta_from_gram(X: jax.Array, J: jax.Array, gram: jax.Array | None = None) -> 
 
 
 def _eta_of_map(M, gn, TJ, dtype):
-    """``||T||_2`` for ``T = M X`` with ``T(:, J) := I``, from the pivot map ``M = X_1^+``,
+    """``||W||_2`` for ``W = M X`` with ``W(:, J) := I``, from the pivot map ``M = X_1^+``,
     the (rescaled) Gram ``gn = X X^H`` and ``T_J = M X_1``:
-    ``T T^H = M gn M^H - T_J T_J^H + I`` (``T_J = I`` for a pivot block of full rank)."""
+    ``W W^H = M gn M^H - T_J T_J^H + I`` (``T_J = I`` for a pivot block of full rank)."""
     G = jnp.matmul(M, jnp.matmul(gn, M.conj().T, precision=HIGHEST), precision=HIGHEST)
     G = G - jnp.matmul(TJ, TJ.conj().T, precision=HIGHEST) + jnp.eye(G.shape[0], dtype=G.dtype)
     return _sqrt_lmax(0.5 * (G + G.conj().T), dtype)
@@ -367,8 +323,8 @@ def eta_rows_from_gram(gram_C: jax.Array, S: jax.Array, *, C: jax.Array | None =
 
 
 @functools.partial(jax.jit, static_argnames=("max_swaps",))
-def maxvol_refine(T: jax.Array, J: jax.Array, *, g: float = 1.1, max_swaps: int = 100):
-    """Spectrum-revealing swaps on a k x n interpolation matrix with ``T(:, J) = I``.
+def maxvol_refine(W: jax.Array, J: jax.Array, *, g: float = 1.1, max_swaps: int = 100):
+    """Spectrum-revealing swaps on a k x n interpolation matrix with ``W(:, J) = I``.
 
     While ``max |T_ij| > g`` (and fewer than ``max_swaps`` swaps), replace pivot ``J_i`` by
     column ``j``; the pivot-block volume ``|det X(:, J)|`` grows by the factor ``|T_ij| > g``
@@ -378,23 +334,23 @@ def maxvol_refine(T: jax.Array, J: jax.Array, *, g: float = 1.1, max_swaps: int 
     ``eta <= sqrt(1 + g^2 k (n - k))``. Rank-1 update per swap, O(k n).
 
     Returns:
-      ``(J, T, num_swaps)``.
+      ``(J, W, num_swaps)``.
     """
-    k, n = T.shape
+    k, n = W.shape
 
     def cond(c):
-        T, J, s = c
-        return (jnp.max(jnp.abs(T)) > g) & (s < max_swaps)
+        W, J, s = c
+        return (jnp.max(jnp.abs(W)) > g) & (s < max_swaps)
 
     def body(c):
-        T, J, s = c
-        flat = jnp.argmax(jnp.abs(T))
+        W, J, s = c
+        flat = jnp.argmax(jnp.abs(W))
         i, j = flat // n, flat % n
-        col = T[:, j]
-        row = T[i, :] / T[i, j]
-        e = jnp.zeros((k,), T.dtype).at[i].set(1.0)
-        T = T - jnp.outer(col - e, row)
-        return T, J.at[i].set(j.astype(J.dtype)), s + 1
+        col = W[:, j]
+        row = W[i, :] / W[i, j]
+        e = jnp.zeros((k,), W.dtype).at[i].set(1.0)
+        W = W - jnp.outer(col - e, row)
+        return W, J.at[i].set(j.astype(J.dtype)), s + 1
 
-    T, J, s = jax.lax.while_loop(cond, body, (T, J, jnp.int32(0)))
-    return J, T, s
+    W, J, s = jax.lax.while_loop(cond, body, (W, J, jnp.int32(0)))
+    return J, W, s

@@ -1,56 +1,11 @@
-"""Randomized pivoting-based skeleton selection (thesis Chapter 2, ``ch:cur``).
+"""Randomized pivoting-based skeleton selection (thesis Chapter 2, Algorithm 1).
 
-The general framework (Algorithm ``algo:sketch_pivot_CUR_general``), read top to bottom:
-
-1. draw an embedding and build a *row-basis approximator* ``X`` (l x n) of ``A`` (m x n)
-   (:func:`row_basis`);
-2. pivot on the columns of ``X`` -> column skeletons ``cols`` (|cols| = k), interpolation
-   matrix ``W = X_1^+ X`` and certificate ``eta`` (:func:`pivot_columns`);
-3. pivot on the rows of ``C = A(:, cols)`` -> row skeletons ``rows`` (:func:`pivot_rows`).
-
-What to do at each line is described by small frozen, hashable *choice objects*, passed as
-one static argument (like lineax's solver objects):
-
-* a pivoting scheme: :class:`LUPP` (default), :class:`CPQR`, :class:`DEIM`,
-  :class:`Leverage`, :class:`SRCUR`;
-* a sketch: :class:`rdr_jax.sketching.Gaussian` (default), ``SRTT``, ``SparseSign``;
-* both together with the power iterations, oversampling and interpolation: :class:`Method`.
-
-Strings are the friendly spelling of these objects: ``method="Rand-LUPP-1piter"`` is
-``Method(pivot=LUPP(), power_iters=1)``, ``sketch="sparse_sign"`` is ``SparseSign()``
-(:func:`resolve_method`). The thesis' named algorithms (:data:`VARIANTS`):
-
-===================  ====================================================  ===============
-name                 row-basis approximator X                              pivoting
-===================  ====================================================  ===============
-Rand-LUPP            ``Gamma A``  (Algorithm ``algo:rand-id-lupp``)          LUPP on X^T
-Rand-LUPP-1piter     ``Omega A^H A`` (one power iteration,                  LUPP on X^T
-                     Eq. ``eq:def_power_iter``)
-Rand-CPQR            ``Gamma A`` (Voronin-Martinsson 2017)                   CPQR on X
-Rand-CPQR-1piter     ``Omega A^H A``                                        CPQR on X
-RSVD-DEIM            ``V_k^H`` from a rank-k rSVD (Eq. ``eq:rsvd_procedures``) LUPP on V_k^H
-RSVD-LS              ``V_k^H`` from a rank-k rSVD                            leverage scores
-SRCUR                ``Gamma A``                                            CPQR + swaps
-===================  ====================================================  ===============
-
-Every selection returns the interpolation matrix ``W = X_1^+ X`` (``X_1 = X(:, cols)``) and
-the a-posteriori factor ``eta = sqrt(1 + ||X_1^+ X_2||_2^2)`` of Thm
-``thm:pivoting_on_rangeapprox_error_bound``:
-
-    ``||A - C C^+ A|| <= eta ||A - A W^+ W||``   (spectral and Frobenius norms),
-
-where ``W`` (k x n, ``W(:, cols) = I``) spans a subspace of the row space of ``X``.
-
-SRCUR (Chen et al. 2020): a randomized complete-pivoting-type selection on a sketch, then
-spectrum-revealing swaps that increase the pivot-block volume by a factor > g until every
-interpolation coefficient is at most g (:func:`rdr_jax.id_cur.pivoting.maxvol_refine`), for columns
-and rows. Not implemented from the paper: its swap test on the Schur complement of the full
-``A`` (O(mn) per test), so the paper's gap-dependent bound is not certified; the ``eta``
-certificate holds instead. (The authors' thesis code for SRCUR was broken.)
-
-Vocabulary used across rdr_jax: skeleton indices ``cols``/``rows``; interpolation matrix
-``W`` (``A ~ C W`` for columns, ``A ~ W R`` for rows); ``power_iters``; ``stable``
-(default ``True`` everywhere); the key is always the first argument.
+Line 1-2 build a row-basis approximator ``X`` (:func:`row_basis`), Line 3 pivots on its columns
+(:func:`pivot_columns`), Line 4 on the rows of ``C = A(:, cols)`` (:func:`pivot_rows`). What to
+do at each line is a small frozen choice object (:class:`LUPP`, :class:`CPQR`, :class:`DEIM`,
+:class:`Leverage`, :class:`SRCUR`, the sketches), gathered in a :class:`Method`; the thesis'
+seven algorithms are names (:data:`rdr_jax.id_cur.selection.VARIANTS`). Details and the variant table:
+``docs/id-cur.md`` ("Skeleton selection").
 """
 
 from __future__ import annotations
@@ -65,6 +20,7 @@ import numpy as np
 
 from rdr_jax._src import jit as _jit
 from rdr_jax._src import linalg as L
+from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
 from rdr_jax.id_cur import pivoting as P
 from rdr_jax._src.tallqr import as_orthonormalizer
@@ -109,7 +65,7 @@ class _Pivot:
 
 @dataclasses.dataclass(frozen=True)
 class LUPP(_Pivot):
-    """LU with partial pivoting on ``X^T`` (Eq. ``eq:def_LUPP``; every backend)."""
+    """LU with partial pivoting on ``X^T`` (Eq. (2.18); every backend)."""
 
     def select(self, key, X, k):
         # X is unit-scaled by the pipeline (pivot_block): partial pivoting on it directly
@@ -126,7 +82,7 @@ def _cpqr_backend(impl: str, what: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class CPQR(_Pivot):
-    """Column-pivoted QR on ``X`` (Eq. ``eq:def_QRCP``); ``impl="lapack"`` (geqp3; CPU/GPU)
+    """Column-pivoted QR on ``X`` (Eq. (2.17)); ``impl="lapack"`` (geqp3; CPU/GPU)
     or ``"xla"`` (pivoted Gram-Schmidt; every backend, TPU included)."""
 
     impl: str = "lapack"
@@ -228,48 +184,60 @@ THESIS_NAMES = {"rand-lupp": "Rand-LUPP", "rand-lupp-1piter": "Rand-LUPP-1piter"
                 "rsvd-deim": "RSVD-DEIM", "rsvd-ls": "RSVD-LS", "srcur": "SRCUR"}
 
 
+def _pivot_from_name(name: str):
+    """``(pivoting object, power iterations)`` of a base name or thesis variant name."""
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key in VARIANTS:
+        pname, q = VARIANTS[key]
+    elif key in PIVOTS:
+        pname, q = key, 0
+    else:
+        raise ValueError(f"unknown method {name!r}; choose one of {list(PIVOTS)}, a thesis "
+                         f"variant {list(THESIS_NAMES.values())}, a pivoting object (LUPP(), "
+                         "CPQR(), ...) or a Method")
+    return PIVOTS[pname](), q
+
+
 @dataclasses.dataclass(frozen=True)
 class Method:
-    """Everything static about a skeleton selection / ID / CUR, as one hashable object.
+    """Everything static about a skeleton selection, ID or CUR, as one hashable object.
 
     Attributes:
-      pivot: pivoting scheme (:class:`LUPP`, :class:`CPQR`, :class:`DEIM`,
-        :class:`Leverage`, :class:`SRCUR`).
-      sketch: embedding (``Gaussian()``, ``SRTT()``, ``SparseSign(zeta)``).
-      power_iters: q, power iterations in the row-basis approximator (Eq.
-        ``eq:def_power_iter``; for DEIM/leverage: in the rSVD).
-      stable: re-orthonormalise between half power iterations (Eq. ``eq:ortho_power_iter``;
-        default ``True`` as everywhere in rdr_jax). For LUPP the pivots equal the plain
-        iteration's in exact arithmetic (the two X differ by a triangular factor).
-      oversample: ``l - k``; ``None`` means the pivot's default (10 on sketches, 5 for
-        the rSVD-based DEIM/leverage).
-      interp: interpolation matrix of an ID: ``"exact"`` (``W = C^+ A``, one more pass over
-        A; the best coefficients for the skeleton) or ``"sketch"`` (``W = X_1^+ X``, no
-        extra pass: the classic randomized ID).
-      orthonormalize: orthonormalisation of the tall bases of the power iterations and of
-        the rSVD (DEIM/leverage): ``"auto"`` (default: CholeskyQR2 when A's rows are
-        sharded over devices, resolved at the entry points from the concrete input;
-        Householder otherwise), ``"householder"``, ``"cholesky_qr2"`` or a choice object
-        (see :func:`rdr_jax.randomized_svd.rangefinder`). Skeletons do not depend on it
-        beyond rounding.
+      pivot: a pivoting object (:class:`LUPP`, :class:`CPQR`, :class:`DEIM`, :class:`Leverage`,
+        :class:`SRCUR`) or a name: ``"lupp"``, ``"cpqr"``, ... or a thesis variant such as
+        ``"Rand-CPQR-1piter"`` (:data:`rdr_jax.id_cur.selection.VARIANTS`).
+      sketch: ``Gaussian()`` (default), ``SRTT()``, ``SparseSign(zeta)`` or their names.
+      power_iters: power iterations q in the row-basis approximator (thesis Eq. (2.14)); default:
+        the variant's (1 for ``-1piter``), else 0.
+      stable: re-orthonormalise between half power iterations (default ``True``).
+      oversample: ``l - k``; default 10 on sketches, 5 for the rSVD-based DEIM/leverage.
+      interp: ``"exact"`` (``W = C^+ A``, one more pass) or ``"sketch"`` (``W = X_1^+ X``).
+      orthonormalize: ``"auto"``, ``"householder"``, ``"cholesky_qr2"`` or an object
+        (:func:`rdr_jax.rangefinder`); skeletons do not depend on it beyond rounding.
 
     Example:
-      >>> m = Method(pivot=CPQR(), sketch=SparseSign(zeta=4), power_iters=1)
-      >>> cur(key, A, 20, method=m)
+      >>> cur(key, A, 20, method=Method("Rand-CPQR-1piter", sketch="sparse_sign"))
     """
 
     pivot: Any = LUPP()
     sketch: Any = Gaussian()
-    power_iters: int = 0
+    power_iters: Optional[int] = None
     stable: bool = True
     oversample: Optional[int] = None
     interp: str = "exact"
     orthonormalize: Any = "auto"
 
     def __post_init__(self):
+        q = 0
+        if isinstance(self.pivot, str):
+            pivot, q = _pivot_from_name(self.pivot)
+            object.__setattr__(self, "pivot", pivot)
         if not isinstance(self.pivot, _Pivot):
-            raise TypeError(f"pivot must be LUPP(), CPQR(), DEIM(), Leverage() or SRCUR(); "
-                            f"got {self.pivot!r}")
+            raise TypeError(f"pivot must be a name, LUPP(), CPQR(), DEIM(), Leverage() or "
+                            f"SRCUR(); got {self.pivot!r}")
+        if self.power_iters is None:
+            object.__setattr__(self, "power_iters", q)
         object.__setattr__(self, "sketch", as_sketch(self.sketch))
         V.check_int("power_iters", self.power_iters, low=0)
         if not isinstance(self.stable, (bool, np.bool_)):
@@ -281,14 +249,10 @@ class Method:
             raise ValueError(f"interp must be 'exact' or 'sketch'; got {self.interp!r}")
         if not (isinstance(self.orthonormalize, str)
                 and self.orthonormalize.strip().lower() in ("auto", "cholesky_qr2")):
-            # validate (and normalise) everything but the input-dependent spellings
             object.__setattr__(self, "orthonormalize", as_orthonormalizer(self.orthonormalize))
 
     def for_operator(self, op, adjoint: bool = False) -> "Method":
-        """The method with ``orthonormalize="auto"``/``"cholesky_qr2"`` resolved for the
-        concrete input ``op`` (its row sharding; see
-        ``rdr_jax._src.tallqr.as_orthonormalizer``), or for ``op^H`` with ``adjoint=True`` (the
-        operator a row ID runs its column ID on: its rows are op's columns)."""
+        """The method with ``orthonormalize="auto"`` resolved for ``op`` (or ``op^H``)."""
         return dataclasses.replace(self, orthonormalize=as_orthonormalizer(
             self.orthonormalize, op, adjoint))
 
@@ -298,40 +262,52 @@ class Method:
         return dataclasses.replace(self, **changes) if changes else self
 
 
-def resolve_method(method: Any = "lupp", *, sketch: Any = None, power_iters: int | None = None,
-                   stable: bool | None = None, oversample: int | None = None,
-                   interp: str | None = None, orthonormalize: Any = None) -> Method:
-    """The :class:`Method` for a name, a pivoting choice or a Method, with overrides.
-
-    ``method`` is a :class:`Method`, a pivoting choice (``LUPP()``, ``CPQR(impl="xla")``,
-    ...), a base name (``"lupp"``, ``"cpqr"``, ``"deim"``, ``"leverage"``/``"ls"``,
-    ``"srcur"``) or a thesis variant from :data:`VARIANTS` (case-insensitive, e.g.
-    ``"Rand-LUPP-1piter"``, which sets ``power_iters=1``). Keyword arguments that are not
-    ``None`` override the corresponding fields (an explicit ``power_iters`` overrides the
-    variant's).
-    """
+def resolve_method(method: Any = "lupp", **overrides) -> Method:
+    """The :class:`Method` for a name, a pivoting object or a Method; keyword arguments that
+    are not None override its fields."""
     if isinstance(method, Method):
         base = method
-    elif isinstance(method, _Pivot):
+    elif isinstance(method, (_Pivot, str)):
         base = Method(pivot=method)
-    elif isinstance(method, str):
-        name = method.strip().lower()
-        name = _ALIASES.get(name, name)
-        if name in VARIANTS:
-            pname, q = VARIANTS[name]
-        elif name in PIVOTS:
-            pname, q = name, 0
-        else:
-            raise ValueError(f"unknown method {method!r}; choose one of {list(PIVOTS)}, a "
-                             f"thesis variant {list(THESIS_NAMES.values())}, a pivoting "
-                             "object (LUPP(), CPQR(), ...) or a Method")
-        base = Method(pivot=PIVOTS[pname](), power_iters=q)
     else:
         raise TypeError(f"method must be a name, a pivoting object or a Method; "
                         f"got {type(method).__name__}")
-    return base.replace(sketch=None if sketch is None else as_sketch(sketch),
-                        power_iters=power_iters, stable=stable, oversample=oversample,
-                        interp=interp, orthonormalize=orthonormalize)
+    if overrides.get("sketch") is not None:
+        overrides["sketch"] = as_sketch(overrides["sketch"])
+    return base.replace(**overrides)
+
+
+#: keyword arguments of 0.1 that moved onto :class:`Method` (one release of deprecation)
+METHOD_FIELDS = ("sketch", "power_iters", "stable", "oversample", "interp", "orthonormalize")
+
+
+def method_from_call(method: Any, old: dict, where: str, k: Any = None) -> Method:
+    """The :class:`Method` of a call that used 0.1 keywords (``sketch=``, ``power_iters=``,
+    ``l=``, ...): each moves onto the Method with a DeprecationWarning (``l`` becomes
+    ``oversample = l - k``); ``old`` keeps what is not a Method field."""
+    fields = {f: old.pop(f) for f in METHOD_FIELDS if f in old}
+    for f in fields:
+        DEP.warn(f"{where}({f}=...)", f"{where}(method=Method(..., {f}=...))", stacklevel=5)
+    if old.get("l") is not None:
+        l = old.pop("l")
+        DEP.warn(f"{where}(l=...)", f"{where}(method=Method(..., oversample=l - k))",
+                 stacklevel=5)
+        if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            fields["oversample"] = V.check_int("l", l, low=int(k)) - int(k)
+    old.pop("l", None)
+    return resolve_method(method, **fields)
+
+
+def deprecated_method_kwargs(where: str, k_pos: int = 2):
+    """Handler for :func:`rdr_jax._src.deprecation.with_deprecated_kwargs`: the 0.1 keywords
+    of an entry point whose rank is its ``k_pos``-th argument move onto its Method."""
+    def handler(args, kwargs, old):
+        k = args[k_pos] if len(args) > k_pos else kwargs.get("k")
+        kwargs["method"] = method_from_call(kwargs.get("method", "lupp"), old, where, k)
+        if old:
+            raise TypeError(f"{where}() got unexpected keyword argument(s) {sorted(old)}")
+        return args, kwargs
+    return handler
 
 
 def sketch_size(method: Method, k: int, shape: tuple[int, int], l: int | None = None) -> int:
@@ -355,14 +331,14 @@ def check_rank(k: Any, shape: tuple[int, int]) -> int:
                        high_desc=f"min(m, n) = {min(m, n)} for A of shape {(m, n)}")
 
 
-def _boundary(key, A, k, method, l, overrides):
+def _boundary(key, A, k, method):
     """Validation shared by the public entry points: ``(key, op, k, l, method)``."""
     key = V.check_key(key)
     op = as_operator(A)
     k = check_rank(k, op.shape)
-    method = resolve_method(method, **overrides).for_operator(op)
+    method = resolve_method(method).for_operator(op)
     method.pivot.check_backend()
-    return key, op, k, sketch_size(method, k, op.shape, l), method
+    return key, op, k, sketch_size(method, k, op.shape), method
 
 
 # --------------------------------------------------------------------------------------
@@ -371,8 +347,7 @@ def _boundary(key, A, k, method, l, overrides):
 class ColumnSelection(NamedTuple):
     """Column skeletons (Lines 1-3): ``cols`` (k,) int32 in pivot order; ``W`` (k x n)
     interpolation matrix ``X_1^+ X`` with ``W(:, cols) = I`` (``A ~ A(:, cols) W``);
-    ``eta = ||W||_2 = sqrt(1 + ||X_1^+ X_2||_2^2)`` (Thm
-    ``thm:pivoting_on_rangeapprox_error_bound``)."""
+    ``eta = ||W||_2 = sqrt(1 + ||X_1^+ X_2||_2^2)`` (Theorem 2.1)."""
 
     cols: jax.Array
     W: jax.Array
@@ -389,7 +364,7 @@ class RowSelection(NamedTuple):
 
 
 class Skeletons(NamedTuple):
-    """Column and row skeletons (Algorithm ``algo:sketch_pivot_CUR_general``).
+    """Column and row skeletons (Algorithm 1).
 
     ``cols``/``rows``: (k,) int32; ``W_cols`` (k x n, ``A ~ C W_cols``) and ``W_rows``
     (m x k, ``C = W_rows C(rows, :)``); ``eta``/``eta_rows``: certificates of the column
@@ -454,15 +429,6 @@ class Sizes(NamedTuple):
         return cls(kb if k is None else k, lb if l is None else l, kb, lb)
 
 
-def _unit_scale(X):
-    """``X / 2^e`` with ``2^e ~ max |X|`` (exact in floating point): eta, W and the pivots are
-    scale invariant, but the Gram products behind them under/overflow for inputs scaled by
-    1e-30 or 1e30 in float32."""
-    mx = jnp.max(jnp.abs(X))
-    e = jnp.where(mx > 0, jnp.floor(jnp.log2(jnp.where(mx > 0, mx, 1.0))), 0.0)
-    return X * jnp.exp2(-e).astype(X.dtype)
-
-
 class RowBasis(NamedTuple):
     """Lines 1-2: ``X`` (lb x n; rows past l zero), the rSVD's ``U_k`` (or None) and the drawn
     embedding when ``X = Gamma A`` with an oblivious Gamma (it then also sketches the
@@ -478,9 +444,7 @@ def row_basis(key, op: LinearOperator, sz: Sizes, method: Method) -> RowBasis:
 
     * sketch-based pivots: ``X = Gamma A`` (l x n) for ``power_iters = 0``, computed at the
       backend's default matmul precision (TF32/bf16 passes on accelerators; the certificate
-      is computed from the X actually formed); ``X = Omega (A^H A)^q`` (Eq.
-      ``eq:def_power_iter``; re-orthonormalised in between when ``stable``, Eq.
-      ``eq:ortho_power_iter``) for ``q >= 1``.
+      is computed from the X actually formed); ``X = Omega (A^H A)^q`` (Eq. (2.14); re-orthonormalised in between when ``stable``, Eq. (2.15)) for ``q >= 1``.
     * DEIM/leverage: ``X = V_k^H`` (k x n) from the rSVD with sketch size l and q stable
       power iterations; the left vectors ``U_k`` (m x k) are returned too.
     """
@@ -523,17 +487,11 @@ class ColumnPivots(NamedTuple):
     T: Optional[jax.Array] = None
 
 
-def _with_identity(T, cols, valid):
-    """``T`` with ``T(:, cols) = I`` on the valid pivots."""
-    eye = jnp.eye(T.shape[0], dtype=T.dtype)
-    return T.at[:, cols].set(jnp.where(valid[None, :], eye, T[:, cols]))
-
-
 def sketch_interpolation(piv: ColumnPivots, valid) -> jax.Array:
     """``T = X_1^+ X`` (kb x n) with ``T(:, cols) = I`` on the valid pivots."""
     if piv.T is not None:
         return piv.T
-    return _with_identity(L.mm(piv.M, piv.X), piv.cols, valid)
+    return L.with_identity(L.mm(piv.M, piv.X), piv.cols, valid)
 
 
 def _eta_of_map(M, X, cols, valid):
@@ -569,12 +527,12 @@ def pivot_block(key, op: LinearOperator, sz: Sizes, method: Method) -> PivotBloc
     """
     kx, kp = jax.random.split(key)
     rb = row_basis(kx, op, sz, method)
-    X = _unit_scale(rb.X)
+    X = L.unit_scale(rb.X)
     J = method.pivot.select(kp, X, sz.kb)
     X1 = X[:, J]
     oblivious = rb.sketch is not None and type(method.pivot) is not SRCUR
     if oblivious and isinstance(method.sketch, Gaussian) and jax.default_backend() != "cpu":
-        X1 = _unit_scale(rb.sketch.apply_dense(op.cols(J), precision=HIGHEST))
+        X1 = L.unit_scale(rb.sketch.apply_dense(op.cols(J), precision=HIGHEST))
     X1 = jnp.where(sz.valid()[None, :], X1, 0)
     return PivotBlock(J, X, X1, rb.Uk, oblivious)
 
@@ -590,7 +548,7 @@ def finish_columns(pb: PivotBlock, R, Qt, M, sz: Sizes, method: Method) -> Colum
     ``M = R^{-1} Qt = X_1^+`` (SRCUR: after its swaps, with T formed)."""
     valid = sz.valid()
     if type(method.pivot) is SRCUR:       # swaps on T; T(:, cols) = I after them
-        T, J = method.pivot.refine(_with_identity(L.mm(M, pb.X), pb.cols, valid), pb.cols)
+        T, J = method.pivot.refine(L.with_identity(L.mm(M, pb.X), pb.cols, valid), pb.cols)
         return ColumnPivots(J, pb.X, M, None, pb.Uk,
                             L.interpolation_norm_bound(L.gram(L.ct(T)), valid), T)
     return ColumnPivots(pb.cols, pb.X, M, R if pb.oblivious else None, pb.Uk,
@@ -634,7 +592,7 @@ def lu_rows(C, sz: Sizes) -> RowLU:
     """Line 4 with LUPP: one getrf of the (unit-scaled) skeleton block C (m x kb)."""
     m = C.shape[0]
     valid = sz.valid()
-    lu, _, perm = jax.lax.linalg.lu(_unit_scale(C))
+    lu, _, perm = jax.lax.linalg.lu(L.unit_scale(C))
     Lf = jnp.tril(lu[:, :sz.kb], -1) + jnp.eye(m, sz.kb, dtype=C.dtype)
     both = (valid[:, None] & valid[None, :]) | jnp.eye(sz.kb, dtype=bool)
     L1 = jnp.where(both, Lf[:sz.kb], 0)
@@ -668,7 +626,7 @@ def pivot_rows(key, C, sz: Sizes, method: Method, Uk=None) -> RowPivots:
         lu = lu_rows(C, sz)
         a, b = l1_inverse_rhs(lu)
         return rows_from_lu(lu, L.ct(L.solve_triangular(a, b, left=True, lower=False)), sz)
-    Cn = _unit_scale(C)
+    Cn = L.unit_scale(C)
     I = method.pivot.select_rows(key, Cn, Uk, sz.kb)
     if type(method.pivot) is SRCUR:
         Wt, I = method.pivot.refine(P.interpolation(Cn.T, I), I)
@@ -728,71 +686,47 @@ def trim(res, k: int, fields: dict):
 # --------------------------------------------------------------------------------------
 # public entry points
 # --------------------------------------------------------------------------------------
-def select_columns(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = None,
-                   power_iters: int | None = None, stable: bool | None = None,
-                   oversample: int | None = None, l: int | None = None) -> ColumnSelection:
-    """Column skeletons by randomized pivoting (Lines 1-3 of ``algo:sketch_pivot_CUR_general``).
+@DEP.with_deprecated_kwargs(deprecated_method_kwargs("select_columns"))
+def select_columns(key, A: Any, k: int, *, method: Any = "lupp") -> ColumnSelection:
+    """Column skeletons by randomized pivoting (thesis Algorithm 1, Lines 1-3).
 
-    Math: build ``X`` (:func:`rdr_jax.id_cur.selection.row_basis`), pivot to get ``cols``, return
-    ``W = X(:, cols)^+ X`` and ``eta = sqrt(1 + ||X_1^+ X_2||_2^2)`` so that
-    ``||A - C C^+ A|| <= eta ||A - A W^+ W||`` (Eq. ``eq:pivoting_on_rangeapprox_error_bound``).
+    Builds the row-basis approximator ``X``, pivots on it, and returns ``W = X(:, cols)^+ X``
+    with ``eta = sqrt(1 + ||X_1^+ X_2||_2^2)``, so ``||A - C C^+ A|| <= eta ||A - A W^+ W||``
+    (thesis Theorem 2.1). Why: the pivots are chosen on a small sketch, never on A.
 
     Args:
       key: ``jax.random.key``.
       A: m x n matrix or operator (dense, scipy.sparse, BCOO, implicit, factored).
       k: number of skeletons (static), ``1 <= k <= min(m, n)``.
-      method: ``"lupp"`` (default; Rand-LUPP, Algorithm ``algo:rand-id-lupp``), ``"cpqr"``,
-        ``"deim"``, ``"leverage"``, ``"srcur"``, a thesis name such as ``"Rand-LUPP-1piter"``
-        (:data:`rdr_jax.id_cur.selection.VARIANTS`), a pivoting object (``CPQR(impl="xla")``,
-        ``Leverage("topk")``, ``SRCUR(g=1.2)``) or a :class:`rdr_jax.id_cur.selection.Method`.
-      sketch: ``"gaussian"`` (default), ``"srtt"``, ``"sparse_sign"`` or a choice object
-        (``SparseSign(zeta=4)``); overrides the method's.
-      power_iters: q (static); default from the method (0, or 1 for the ``-1piter`` names).
-      stable: orthonormalise between power iterations (default ``True``).
-      oversample: ``l = k + oversample`` (default 10 for lupp/cpqr/srcur, 5 for
-        deim/leverage).
-      l: explicit sketch size, ``k <= l <= min(m, n)``.
+      method: a :class:`Method`, a pivoting object or a name (``"lupp"``, default, or a thesis
+        variant such as ``"Rand-LUPP-1piter"``).
 
     Returns:
-      :class:`ColumnSelection` ``(cols, W, eta)``. One compiled function per shape, dtype
-      and method; works under ``jax.jit`` and ``jax.vmap`` over keys.
-
-    Raises:
-      ValueError/TypeError: bad k, l, method, sketch, NaN/Inf in A.
-      rdr_jax.id_cur.pivoting.BackendError: CPQR requested where it has no lowering (TPU).
-
-    Example:
-      >>> sel = select_columns(jax.random.key(0), A, 20)
-      >>> C = A[:, sel.cols]; float(sel.eta)
+      :class:`ColumnSelection` ``(cols, W, eta)``; jit- and vmap-able over keys.
     """
-    key, op, k, l, method = _boundary(key, A, k, method, l, dict(
-        sketch=sketch, power_iters=power_iters, stable=stable, oversample=oversample))
+    key, op, k, l, method = _boundary(key, A, k, method)
     sz = plan(method, k, l, op.shape)
     res = trim(_select_columns(key, op, *sz, method), k, {"cols": 0, "W": 0})
     V.warn_if_nonfinite(res.eta, "the certificate eta")
     return res
 
 
-def select_rows(key, A: Any, k: int, **kwargs) -> RowSelection:
-    """Row skeletons: :func:`select_columns` on ``A^H``; ``W`` is m x k with
-    ``A ~ W A(rows, :)``. Keyword arguments as :func:`select_columns`."""
-    sel = select_columns(key, as_operator(A).H, k, **kwargs)
+@DEP.with_deprecated_kwargs(deprecated_method_kwargs("select_rows"))
+def select_rows(key, A: Any, k: int, *, method: Any = "lupp") -> RowSelection:
+    """Row skeletons: :func:`select_columns` on ``A^H``; ``W`` is m x k, ``A ~ W A(rows, :)``."""
+    sel = select_columns(key, as_operator(A).H, k, method=method)
     return RowSelection(sel.cols, sel.W.conj().T, sel.eta)
 
 
-def select_skeletons(key, A: Any, k: int, *, method: Any = "lupp", sketch: Any = None,
-                     power_iters: int | None = None, stable: bool | None = None,
-                     oversample: int | None = None, l: int | None = None) -> Skeletons:
-    """Column and row skeletons (all four lines of ``algo:sketch_pivot_CUR_general``).
+@DEP.with_deprecated_kwargs(deprecated_method_kwargs("select_skeletons"))
+def select_skeletons(key, A: Any, k: int, *, method: Any = "lupp") -> Skeletons:
+    """Column and row skeletons (thesis Algorithm 1, all four lines).
 
-    Columns as :func:`select_columns`; rows by pivoting on ``C = A(:, cols)`` (LUPP on C,
-    CPQR on ``C^H`` for CPQR, LUPP/leverage on the rSVD's ``U_k`` for DEIM/leverage,
-    LUPP + swaps for SRCUR). Since C has full column rank, selecting rows from it is exact:
-    the two-sided ID equals the column ID in exact arithmetic. Arguments as
-    :func:`select_columns`.
+    Columns as :func:`select_columns`; rows by pivoting on ``C = A(:, cols)`` (or on the
+    rSVD's ``U_k`` for DEIM/leverage). Arguments as :func:`select_columns`.
+    Returns :class:`Skeletons`.
     """
-    key, op, k, l, method = _boundary(key, A, k, method, l, dict(
-        sketch=sketch, power_iters=power_iters, stable=stable, oversample=oversample))
+    key, op, k, l, method = _boundary(key, A, k, method)
     sz = plan(method, k, l, op.shape)
     return trim(_select_skeletons(key, op, *sz, method), k,
                 {"cols": 0, "rows": 0, "W_cols": 0, "W_rows": 1})

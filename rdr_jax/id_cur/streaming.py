@@ -1,11 +1,6 @@
-"""Streaming skeleton selection (Algorithm ``algo:sketch_pivot_CUR_online``).
-
-A matrix that is only available as consecutive blocks of rows (or columns), each seen
-once -- read from disk or produced by a simulation -- is sketched in ONE pass,
-``X = Gamma A`` (l x n) and ``Y = A Omega^H`` (m x l) (:func:`streaming_sketches`); the
-skeletons come from pivoting on the two sketches (:func:`streaming_skeletons`); one more
-pass collects ``C``, ``S``, ``R`` (:func:`retrieve_skeletons`), and
-``A ~ C S^{-1} R`` (:func:`cur_from_skeletons`).
+"""Streaming skeleton selection (thesis Algorithm 3): sketch a matrix seen once, block by
+block, then pick skeletons from the two sketches and read only the chosen rows and columns.
+Details: ``docs/id-cur.md`` ("Streaming").
 """
 
 from __future__ import annotations
@@ -19,8 +14,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from rdr_jax._src import jit as _jit
+from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
 from rdr_jax.id_cur import pivoting as P
+from rdr_jax.id_cur import selection as SL
 from rdr_jax.id_cur.decompositions import CUR
 from rdr_jax.operators import HIGHEST
 from rdr_jax.id_cur.selection import CPQR, LUPP, resolve_method
@@ -69,7 +66,7 @@ def streaming_sketches(key, blocks: Iterable[Any], shape: tuple[int, int], l: in
                        sketch: Any = "gaussian", axis: int = 0,
                        dtype=None) -> StreamingSketches:
     """Both sketches ``X = Gamma A`` and ``Y = A Omega^H`` in ONE pass over A
-    (Algorithm ``algo:sketch_pivot_CUR_online``, Line 2).
+    (Algorithm 3, Line 2).
 
     For a row block ``A_b = A(i0:i1, :)``: ``X += Gamma(:, i0:i1) A_b`` and
     ``Y(i0:i1, :) = A_b Omega^H``. ``Gamma``'s columns for a block are drawn from
@@ -161,38 +158,39 @@ def _stream_pivot(X, Y, k, pivot):
                               T, Tr.T, X, Y)
 
 
-def streaming_skeletons(key, blocks: Iterable[Any], shape: tuple[int, int], k: int, *,
-                        method: Any = "lupp", l: int | None = None, oversample: int = 10,
-                        sketch: Any = "gaussian", axis: int = 0,
-                        dtype=None) -> StreamingSkeletons:
-    """Streaming LUPP/CPQR skeleton selection (Algorithm ``algo:sketch_pivot_CUR_online``).
+def streaming_method(method: Any, k: int, shape) -> tuple:
+    """``(pivot, l, sketch)`` of a streaming selection from a name or :class:`Method` (LUPP or
+    CPQR pivots; ``l = min(k + oversample, m, n)``)."""
+    m = resolve_method(method)
+    if not isinstance(m.pivot, (LUPP, CPQR)) or m.power_iters:
+        raise ValueError(f"streaming selection supports method 'lupp' or 'cpqr' (no power "
+                         f"iterations: one pass); got {method!r}")
+    m.pivot.check_backend()
+    return m.pivot, SL.sketch_size(m, k, shape), m.sketch
 
-    One pass builds ``X = Gamma A`` and ``Y = A Omega^H`` (:func:`streaming_sketches`);
-    columns by LUPP on ``X^T`` (or CPQR on X), rows by LUPP on ``Y`` (or CPQR on
-    ``Y^H``). Sketch-only estimates (no second pass): ``C^+ A ~ X_1^+ X`` (``W_cols``),
-    ``A R^+ ~ Y Y_1^+`` (``W_rows``). With the skeletons retrieved in one more pass
-    (:func:`retrieve_skeletons`), ``A ~ C S^{-1} R`` (:func:`cur_from_skeletons`). The
-    remark after the algorithm bounds the CUR error by
-    ``eta ||A - A X^+ X|| + eta_rows ||A - Y Y^+ A||``.
+
+@DEP.with_deprecated_kwargs(SL.deprecated_method_kwargs("streaming_skeletons", 3))
+def streaming_skeletons(key, blocks: Iterable[Any], shape: tuple[int, int], k: int, *,
+                        method: Any = "lupp", axis: int = 0, dtype=None) -> StreamingSkeletons:
+    """Streaming LUPP/CPQR skeleton selection in one pass (thesis Algorithm 3).
+
+    ``X = Gamma A`` and ``Y = A Omega^H`` in one pass (:func:`streaming_sketches`); columns by
+    pivoting on X, rows on Y; ``W_cols = X_1^+ X`` and ``W_rows = Y Y_1^+`` estimate ``C^+ A``
+    and ``A R^+`` without a second pass. Why: a matrix seen once (disk, simulation) still
+    gets certified skeletons.
 
     Args:
-      key, blocks, shape, sketch, axis, dtype: as :func:`streaming_sketches`.
-      k: number of skeletons (static), ``1 <= k <= l``.
-      method: ``"lupp"``, ``"cpqr"``, ``LUPP()`` or ``CPQR(impl=...)``.
-      l, oversample: sketch size (``l = k + oversample`` by default).
+      key, blocks, shape, axis, dtype: as :func:`streaming_sketches`.
+      k: number of skeletons (static).
+      method: ``"lupp"`` (default), ``"cpqr"`` or a :class:`~rdr_jax.Method` with one of them
+        (its sketch and oversampling are used; SRTT cannot stream).
 
     Returns:
       :class:`StreamingSkeletons`.
     """
     m, n = shape
     k = V.check_int("k", k, low=1, high=min(m, n), high_desc=f"min(m, n) = {min(m, n)}")
-    pivot = resolve_method(method).pivot
-    if not isinstance(pivot, (LUPP, CPQR)):
-        raise ValueError(f"streaming selection supports method 'lupp' or 'cpqr'; got {method!r}")
-    pivot.check_backend()
-    if l is None:
-        l = min(k + V.check_int("oversample", oversample, low=0), m, n)
-    l = V.check_int("l", l, low=k, high=min(m, n), high_desc=f"min(m, n) = {min(m, n)}")
+    pivot, l, sketch = streaming_method(method, k, shape)
     Xs = streaming_sketches(key, blocks, shape, l, sketch=sketch, axis=axis, dtype=dtype)
     return _stream_pivot(Xs.X, Xs.Y, k, pivot)
 
@@ -233,7 +231,7 @@ def retrieve_skeletons(blocks: Iterable[Any], shape: tuple[int, int], rows, cols
 
 def cur_from_skeletons(C, S, R, *, rows=None, cols=None, eta=None, eta_rows=None) -> CUR:
     """``A ~ C S^{-1} R`` from retrieved skeletons, without another pass over A (the
-    streaming CUR of ``algo:sketch_pivot_CUR_online``; less accurate and stable than
+    streaming CUR of Algorithm 3; less accurate and stable than
     ``C^+ A R^+``). ``S^{-1}`` is applied as a least-squares pseudo-inverse (``S^+``), so a
     singular S does not produce Inf/NaN. ``eta``/``eta_rows`` (e.g. from
     :class:`StreamingSkeletons`) are carried into the result; when not given they are NaN,
@@ -247,4 +245,4 @@ def cur_from_skeletons(C, S, R, *, rows=None, cols=None, eta=None, eta_rows=None
     cols = jnp.arange(k) if cols is None else jnp.asarray(cols)
     sv = jnp.linalg.svd(S, compute_uv=False)
     nr = jnp.sum(sv > sv[0] * jnp.finfo(rdt).eps * k).astype(jnp.int32)
-    return CUR(rows, cols, C, U, R, eta, eta_rows, jnp.asarray(k, jnp.int32), nr, None)
+    return CUR(rows, cols, C, U, R, eta, eta_rows, jnp.asarray(k, jnp.int32), nr)

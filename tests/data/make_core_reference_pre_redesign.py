@@ -1,4 +1,11 @@
-"""Reference outputs of the pre-redesign core (commit 18d513f), for tests/test_core_reference.py."""
+"""Reference outputs of the pre-redesign core (commit 18d513f), for tests/test_core_reference.py.
+
+A record of how ``core_reference.npz`` was made: it runs only on commit 18d513f
+(``git worktree add /tmp/old 18d513f``), whose API it uses on purpose (``sketch=`` and
+``bound`` on the results, ``s.idx``/``s.T``/``c.P``; in 0.2 spelled ``method=R.Method(...,
+sketch=...)``, :func:`rdr_jax.eta_bound`, ``cols``/``W``/``W_rows``). Do not port it: the
+reference must come from the old code.
+"""
 import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np
