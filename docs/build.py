@@ -22,6 +22,7 @@ Warnings (all counted, and fatal under ``--strict``):
 * ``xref``: a cross-reference role whose target pdoc cannot resolve, so that it renders as
   plain code instead of a link (pdoc drops these silently; this script finds them by tagging
   every role before pdoc converts it and checking the rendered page for the link);
+* ``landing``: a name of the landing page (:data:`LANDING`) that is not a documented object;
 * ``role``: a role pdoc does not understand (``:ref:``, ...), a role target that is not a
   plain dotted name (``title <target>``), or a role inside a code block, where it is never
   linked. Sphinx's ``:class:`~a.b.C``` is accepted and links ``a.b.C`` (shown in full: pdoc
@@ -30,6 +31,11 @@ Warnings (all counted, and fatal under ``--strict``):
 Each warning names the source file and line of the docstring and, for a broken
 reference, the public object it most likely meant. The summary line reads
 ``rdr_jax API reference: N modules, P pages, W warnings -> DIR``.
+
+The reference opens on a landing page (``index.html``, ``docs/templates/index.html.jinja2``)
+that leads with the main functions grouped by task (:data:`LANDING`), each with the first
+line of its docstring and a link to its page, then lists the subpackages and modules. A
+landing entry that does not resolve to a documented object is a warning (``landing``).
 
 Two pdoc behaviours are adjusted for this package: the "Submodules" list of a page shows every
 documented child module (``docs/templates/module.html.jinja2``), and the constructors of
@@ -71,13 +77,45 @@ _MARK = "XrEfMaRk{}E"
 _MARK_RE = re.compile(r"XrEfMaRk(\d+)E")
 _INLINE_CODE_BEFORE = re.compile(r"<code>((?:(?!</?code>).)*)</code>\Z", re.S)
 
+#: the landing page of a package: an introduction, then groups of (title, names relative to
+#: the package); packages not listed get the module list only
+LANDING: dict[str, dict] = {
+    "rdr_jax": {
+        "intro": "Randomized dimension reduction with statistical guarantees, in JAX (the "
+                 "methods of the thesis of that name). The main functions first, grouped by "
+                 "task, then every module. Usage: <code>import rdr_jax as R</code>; which "
+                 "decomposition and method to use: <code>docs/choosing-a-method.md</code>.",
+        "groups": [
+            ("Interpolative and CUR decompositions (Chapter 2)",
+             ["interpolative", "interpolative_to_tolerance", "cur", "id_to_svd",
+              "select_columns", "select_rows", "select_skeletons"]),
+            ("Randomized SVD and rangefinder", ["rsvd", "rangefinder"]),
+            ("Configuration: the method and the sketch",
+             ["Method", "Gaussian", "SRTT", "SparseSign", "LUPP", "CPQR", "DEIM", "Leverage",
+              "SRCUR"]),
+            ("Errors and error bounds",
+             ["error_bound", "ErrorBound", "lowrank_error", "eta_bound"]),
+            ("Canonical angles (Chapter 3)",
+             ["angles.canonical_angles", "angles.space_agnostic_bound",
+              "angles.unbiased_estimate", "angles.angle_report", "angles.plan_budget"]),
+            ("Data augmentation consistency (Chapter 4)",
+             ["dac.fit_dac", "dac.fit_da_erm", "dac.label_invariant_theory"]),
+            ("AdaWAC (Chapter 5)",
+             ["adawac.beta_mirror_ascent", "adawac.beta_gradient", "adawac.wac_dice_loss"]),
+            ("Inputs: matrices and operators",
+             ["as_operator", "implicit_operator", "factored_operator"]),
+        ],
+    },
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class DocWarning:
     """One problem found by the build.
 
     Attributes:
-      kind: ``"import"``, ``"pdoc"``, ``"xref"`` or ``"role"`` (see the module docstring).
+      kind: ``"import"``, ``"pdoc"``, ``"xref"``, ``"landing"`` or ``"role"`` (see the module
+        docstring).
       where: ``"path/to/file.py:LINE"`` relative to the repository root when the source is
         known, else the module name.
       message: what is wrong and, for a broken reference, a suggested target.
@@ -98,7 +136,7 @@ class BuildReport:
     Attributes:
       out: the output folder.
       modules: the documented module names, in page order.
-      pages: the HTML files written (one per module, plus ``index.html``).
+      pages: the HTML files written (one per module, plus the landing page ``index.html``).
       warnings: the problems found, sorted by location; empty for a clean build.
     """
 
@@ -433,6 +471,61 @@ def _clean(out: Path, package: str) -> None:
         (out / name).unlink(missing_ok=True)
 
 
+def _summary(docstring: str) -> str:
+    """The first paragraph of a docstring as HTML: escaped, inline code and roles as
+    ``<code>``."""
+    import html
+
+    first = " ".join(docstring.strip().split("\n\n")[0].split())
+    text = html.escape(first, quote=False)
+    text = re.sub(r"(?::[a-z]+:)?``?([^`]+?)``?", r"<code>\1</code>", text)
+    return text
+
+
+def _page_of(modulename: str) -> str:
+    return modulename.replace(".", "/") + ".html"
+
+
+def _landing(state: _Build, all_modules, package: str) -> dict:
+    """The landing page's groups and module list (see :data:`LANDING`)."""
+    spec = LANDING.get(package, {})
+    groups = []
+    for title, names in spec.get("groups", []):
+        entries = []
+        for name in names:
+            full = f"{package}.{name}"
+            parent, _, attr = full.rpartition(".")
+            doc = None
+            if parent in all_modules:
+                doc = all_modules[parent].get(attr)
+            if doc is None:
+                state.warn("landing", package, f"{full} is not a documented object")
+                continue
+            home, qualname = doc.taken_from        # the defining module, when documented
+            if home in all_modules and all_modules[home].get(qualname) is not None:
+                doc = all_modules[home].get(qualname)
+            entries.append({"name": full, "href": f"{_page_of(doc.modulename)}#{doc.qualname}",
+                            "summary": _summary(doc.docstring)})
+        groups.append({"title": title, "id": re.sub(r"\W+", "-", title.lower()).strip("-"),
+                       "entries": entries})
+    modules = [{"name": name, "href": _page_of(name), "depth": name.count("."),
+                "summary": _summary(module.docstring).split(". ")[0].removesuffix(".")}
+               for name, module in all_modules.items()]
+    return {"title": package, "intro": spec.get("intro", ""), "groups": groups,
+            "modules": modules}
+
+
+def _check_landing(state: _Build, landing: dict, out: Path, package: str) -> None:
+    """Every landing link must reach an anchor of a written page."""
+    for group in landing["groups"]:
+        for entry in group["entries"]:
+            page, _, anchor = entry["href"].partition("#")
+            path = out / page
+            if not path.is_file() or f'id="{anchor}"' not in path.read_text(encoding="utf-8"):
+                state.warn("landing", package, f"{entry['name']}: link {entry['href']} does "
+                                               "not reach its section")
+
+
 def build(out: Path | str = DEFAULT_OUT, *, package: str = PACKAGE,
           show_source: bool = True) -> BuildReport:
     """Render the API reference of ``package`` into ``out`` and report every problem.
@@ -487,10 +580,12 @@ def build(out: Path | str = DEFAULT_OUT, *, package: str = PACKAGE,
         # the index page and the search data (from the cached conversions, markers removed)
         with (_search_without_markers(), warnings.catch_warnings(record=True) as caught):
             warnings.simplefilter("always")
-            index = pdoc.render.html_index(all_modules)
-            if index:
-                pages.append(out / "index.html")
-                pages[-1].write_text(index, encoding="utf-8")
+            landing = _landing(state, all_modules, package)
+            index = pdoc.render.env.get_template("index.html.jinja2").render(
+                all_modules=all_modules, root_module_name=None, **landing)
+            pages.append(out / "index.html")
+            pages[-1].write_text(index, encoding="utf-8")
+            _check_landing(state, landing, out, package)
             search = pdoc.render.search_index(all_modules)
             if search:
                 (out / "search.js").write_text(search, encoding="utf-8")

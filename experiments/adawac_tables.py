@@ -1,4 +1,4 @@
-"""Thesis Ch. ``ch:adawac``: the five AdaWAC tables, run with the thesis' protocols.
+"""Thesis Chapter 5: the five AdaWAC tables, run with the thesis' protocols.
 
 Run (from the repository root)::
 
@@ -9,21 +9,21 @@ Run (from the repository root)::
     python experiments/adawac_tables.py --table acdc --data-dir data/ACDC
     python experiments/adawac_tables.py --table all --data-dir data   # data/{Synapse,ACDC}
 
-Tables (``sec:experiments_adawac``, ``subsec:exp_unet``; settings ``app:imp``):
+Tables (Section 5.5, C.5.1; settings Section C.4):
 
 ===========================  ==================  ==========================================
 ``--table``                  config              rows
 ===========================  ==================  ==========================================
 ``synapse_sample_eff``       synapse_transunet   {full, half-slice, half-vol, half-sparse}
-  (``tab:synapse_sample_eff``)                   x {baseline (ERM), AdaWAC}; 3 seeds
+  (Table 5.1)                   x {baseline (ERM), AdaWAC}; 3 seeds
 ``synapse_sample_eff_unet``  synapse_unet        the same with UNet (eta = 8); 3 seeds
-  (``tab:synapse_sample_eff_unet``)
-``trim`` (``tab:trim``)      synapse_transunet   baseline, trim-train, trim-train+ACR,
+  (Table C.1)
+``trim`` (Table 5.2)      synapse_transunet   baseline, trim-train, trim-train+ACR,
                                                  trim-ratio, trim-ratio+ACR, pseudo-AdaWAC,
                                                  AdaWAC on full; 1 seed
-``acdc`` (``tab:acdc``)      acdc                TransUNet (ERM), AdaWAC; 1 seed
+``acdc`` (Table 5.3)      acdc                TransUNet (ERM), AdaWAC; 1 seed
 ``ablation``                 synapse_transunet   baseline, reweight-only (lambda = 0),
-  (``tab:ablation``)                             ACR-only (eta = 0), AdaWAC-0.01 (eta = 0.01),
+  (Table 5.4)                             ACR-only (eta = 0), AdaWAC-0.01 (eta = 0.01),
                                                  AdaWAC-1.0 (eta = 1.0) on full; 1 seed
 ===========================  ==================  ==========================================
 
@@ -47,7 +47,7 @@ With ``--quick`` both Synapse sample-efficiency tables train the same tiny CNN, 
 only in eta (2 vs 8) and their ERM rows coincide.
 On real ACDC the thesis tests the model with the best validation DSC; here the last model is
 tested (as for Synapse). The thesis prints the same numbers (79.04 +- 0.21) for AdaWAC in
-``tab:synapse_sample_eff`` / ``tab:trim`` and for AdaWAC-1.0 in ``tab:ablation``, which
+Table 5.1 / 5.2 and for AdaWAC-1.0 in Table 5.4, which
 suggests eta = 1.0 in its main runs; the main tables here use the config's eta (2.0, from the
 implementation notes) and only the ablation sets eta = 0.01 / 1.0.
 
@@ -315,7 +315,7 @@ def table_data(name: str, cfg, args, multi: bool = False):
 
 
 def training_subset(data, subset: str, source: str):
-    """The subset of ``tab:synapse_sample_eff``; on real Synapse half-vol keeps the authors'
+    """The subset of Table 5.1; on real Synapse half-vol keeps the authors'
     9 cases (:data:`SYNAPSE_HALF_VOL_CASES`)."""
     cases = None
     if (subset == "half-vol" and source.startswith("synapse")

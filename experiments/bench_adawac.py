@@ -1,4 +1,4 @@
-"""Benchmark for Chapter 5 (``ch:adawac``, ``alg:srw_dac``): step time of AdaWAC vs ACR-only vs
+"""Benchmark for Chapter 5 (Chapter 5, Algorithm 6): step time of AdaWAC vs ACR-only vs
 ERM on the same model and batch.
 
 Run (from the repository root)::
@@ -10,7 +10,7 @@ Run (from the repository root)::
 
 Claim (issue "Measure"): the beta bookkeeping of AdaWAC adds at most 5% to the step time of
 ACR-only, which runs the same forward passes (two augmented views, encoder consistency) with
-the weights frozen at ``beta = 1/2`` (``tab:ablation``). Per step, AdaWAC additionally forms
+the weights frozen at ``beta = 1/2`` (Table 5.4). Per step, AdaWAC additionally forms
 ``g = beta_gradient(ce, cons, idx, n)`` (a scatter of the ``B`` rows into an ``(n,)`` vector) and
 applies :func:`rdr_jax.adawac.transform.beta_mirror_ascent` to the whole ``(n,)`` table
 (``logit(beta_i) += eta (ce_i - cons_i)``, computed without cancellation); everything else is

@@ -1,12 +1,12 @@
-"""Offline miniature of Sec. ``sec:dac_experiments``: DAC vs DA-ERM on scikit-learn's digits.
+"""Offline miniature of Section 4.7: DAC vs DA-ERM on scikit-learn's digits.
 
 Run (from the repository root; no data files needed)::
 
     python experiments/dac_digits.py --quick    # ~1.5 min on one CPU core: 300 steps, small sweeps
     python experiments/dac_digits.py            # ~5 min: 600 steps, full sweeps
 
-Thesis claim reproduced in miniature (Sec. ``sec:dac_experiments``, ``table:different_lambda``,
-``table:different_number_of_aug``): "With proper choice of lambda, training with DAC
+Thesis claim reproduced in miniature (Section 4.7, Table 4.1,
+4.2): "With proper choice of lambda, training with DAC
 significantly improves over DA-ERM", and "DAC regularization helps more with limited
 augmentations". Printed as HELD / NOT HELD, whichever way the numbers fall:
 
@@ -20,7 +20,7 @@ split once in half (stratified, seed 0) into a training pool and a test set; eac
 5 labeled images per class (50 labels) from the pool and initialises its own network. Model:
 :class:`rdr_jax.dac.deep.SmallCNN` (3 conv + BatchNorm layers, width 8). Augmentations:
 :func:`rdr_jax.dac.deep.random_shift_rotate` (rotation up to 15 degrees, shift up to 1 pixel;
-label-preserving for digits). Training as App. ``apdx:exp_detail`` scaled down: batch 25 (the
+label-preserving for digits). Training as Section B.6 scaled down: batch 25 (the
 whole labeled set in two batches), SGD Nesterov momentum 0.9, lr 0.1 cos(7 pi i / (16 T))
 (0.03 in the thesis; too slow for a few hundred steps here), weight decay 5e-4, T steps; losses :func:`rdr_jax.dac.deep.dac_loss` (l2 distance between
 softmax predictions, mean over augmentations) and :func:`rdr_jax.dac.deep.da_erm_loss`.

@@ -1,4 +1,4 @@
-"""Thesis Ch. ``ch:adawac`` figures: AdaWAC's weight heatmaps and segmentation overlays.
+"""Thesis Chapter 5 figures: AdaWAC's weight heatmaps and segmentation overlays.
 
 Run (from the repository root)::
 
@@ -9,19 +9,19 @@ Run (from the repository root)::
 
 Figures (one PNG each, plus ``<figure>.json`` / ``<figure>.csv`` with the numbers):
 
-* ``weights`` -- ``fig:synapse-weights``: AdaWAC (config ``synapse_transunet``, eta = 2) on the
+* ``weights`` -- Figure 5.3: AdaWAC (config ``synapse_transunet``, eta = 2) on the
   full training set; per-slice cross-entropy ``l_CE(theta_t; (x_i, y_i))`` (top), CE weight
   ``beta_t`` (middle) and consistency ``R_AC(theta_t; x_i, A_i1, A_i2)`` (bottom) over
   slices x epochs, with black lines between cases and purple lines between slices with and
   without foreground (:func:`rdr_jax.adawac.plots.weight_heatmaps`).
-* ``synapse`` -- ``fig:synapse``: AdaWAC and the ERM baseline trained on the full Synapse
+* ``synapse`` -- Figure 5.2: AdaWAC and the ERM baseline trained on the full Synapse
   training set; 6 test slices (those with the most foreground classes, spread over the test
   volumes), rows ground truth / ours (AdaWAC) / baseline
   (:func:`rdr_jax.adawac.plots.segmentation_overlay`), per-slice DSC in the column titles.
-* ``half_sparse`` -- ``fig:vis_synapse_half_slice_sparse``: the same on the ``half-sparse``
+* ``half_sparse`` -- Figure C.2: the same on the ``half-sparse``
   subset (first half of the slices of every case, mostly label-sparse), plus the stand-alone
   organ legend (``half_sparse_legend.png``).
-* ``acdc`` -- ``fig:acdc``: the same with config ``acdc`` on 4-class cardiac data.
+* ``acdc`` -- Figure C.1: the same with config ``acdc`` on 4-class cardiac data.
 
 Data: ``--quick`` uses the synthetic multi-organ phantom (:func:`rdr_jax.adawac.phantom_cases`)
 for the Synapse figures and the synthetic cardiac phantom
@@ -30,8 +30,8 @@ network. Otherwise the TransUNet-preprocessed folders are read (``--data-dir``, 
 config's root / ``$RDR_JAX_DATA/<Synapse|ACDC>``, as ``experiments/train_adawac.py``), falling
 back to the phantoms when absent (the run says so). Nothing is downloaded.
 
-Thesis claims, printed as ``[HELD]`` / ``[NOT HELD]`` (``fig:synapse-weights`` paragraph,
-``subsec:exp_transunet``); "dense" = slice has foreground, "sparse" = it has none, and a
+Thesis claims, printed as ``[HELD]`` / ``[NOT HELD]`` (Figure 5.3 paragraph,
+Section 5.5.1); "dense" = slice has foreground, "sparse" = it has none, and a
 group's CE (consistency) in an epoch is the mean over its slices of the last value seen in
 that epoch:
 
@@ -240,7 +240,7 @@ def _abslog(x: float) -> float:
 
 
 def weight_claims(stats: list[dict]) -> dict:
-    """Claims (a)-(c) of ``fig:synapse-weights`` from :func:`separation_stats` rows.
+    """Claims (a)-(c) of Figure 5.3 from :func:`separation_stats` rows.
 
     Returns:
         ``{"a_ce_separates", "b_consistency_mixed", "c_beta_separates",
@@ -456,7 +456,7 @@ class Runner:
 
 
 def fig_weights(runner: Runner, out: Path) -> dict:
-    """``fig:synapse-weights``: AdaWAC's CE / beta / consistency heatmaps and claims (a)-(c)."""
+    """Figure 5.3: AdaWAC's CE / beta / consistency heatmaps and claims (a)-(c)."""
     config_name, subset, label = FIGURES["weights"]
     data, source = runner.data(config_name)
     ds = make_subset(data.train, subset)
@@ -483,7 +483,7 @@ def fig_weights(runner: Runner, out: Path) -> dict:
 
 
 def fig_overlay(runner: Runner, figure: str, out: Path) -> dict:
-    """``fig:synapse`` / ``fig:vis_synapse_half_slice_sparse`` / ``fig:acdc``: ground truth,
+    """Figure 5.2 / C.2 / C.1: ground truth,
     AdaWAC and ERM on :data:`NUM_SLICES` test slices, per-slice DSC, test DSC claim."""
     config_name, subset, label = FIGURES[figure]
     data, source = runner.data(config_name)

@@ -1,4 +1,4 @@
-"""Thesis App. ``apx:case_ood`` (``example:ood``): domain adaptation, DAC vs DA-ERM excess risk
+"""Thesis Section B.4 (Example 4): domain adaptation, DAC vs DA-ERM excess risk
 in the target domain as the environmental shift sigma_t grows.
 
 Run (from the repository root)::
@@ -6,8 +6,8 @@ Run (from the repository root)::
     python experiments/fig_domain_adaptation.py            # full: N in {100, 200, 400}, 4000 draws
     python experiments/fig_domain_adaptation.py --quick    # CI: N = 200, 1000 draws
 
-Thesis claims (``thm:domain-adaption-data-aug-consistency``,
-``thm:domain-adaption-plain-data-aug``, ``example:ood``), printed as HELD / NOT HELD:
+Thesis claims (Theorem B.10,
+B.11, Example 4), printed as HELD / NOT HELD:
 
 (a) DAC: ``E[L_t(theta^dac) - L_t(theta*)] <~ sigma^2 d_iv / N`` whatever the target shift;
     for this Gaussian model the exact value is ``sigma^2 d_iv / (2 (N - d_iv - 1))``: checked

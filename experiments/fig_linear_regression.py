@@ -1,4 +1,4 @@
-"""Thesis Fig. ``fig:linear_regression`` (``example:linear_regression``): DAC vs DA-ERM under
+"""Thesis Figure 4.1 (Example 2): DAC vs DA-ERM under
 label-invariant augmentations, excess risk against d' for d_aug in {20, 25}.
 
 Run (from the repository root)::
@@ -6,7 +6,7 @@ Run (from the repository root)::
     python experiments/fig_linear_regression.py            # full: every d_e1, 5000 draws
     python experiments/fig_linear_regression.py --quick    # CI: d_e1 step 5, 2000 draws
 
-Thesis claim (Thm ``thm:informal_linear_regression`` / ``thm:formal_linear_regression``):
+Thesis claim (Theorem 4.1 / B.1):
 with ``L(theta) = ||A~(X)(theta - theta*)||^2 / ((1+alpha) N)`` the expected excess risk of
 DAC is ``(d - d_aug) sigma^2 / N`` and that of DA-ERM ``(d - d_aug + d') sigma^2 / N`` with
 ``d' in [0, d_aug]``; "The excess risks precisely match" the theorem and "DAC regularization

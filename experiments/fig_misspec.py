@@ -1,4 +1,4 @@
-"""Thesis Figs. ``fig:misspec_lambda`` and ``fig:misspec_daug`` (``example:misspec``): DAC with
+"""Thesis Figures 4.2a and 4.2b (Example 3): DAC with
 a finite lambda vs DA-ERM under misspecified ("color jitter") augmentations.
 
 Run (from the repository root)::
@@ -6,7 +6,7 @@ Run (from the repository root)::
     python experiments/fig_misspec.py             # full: 10 designs, d_aug = 20..30, 2000 draws
     python experiments/fig_misspec.py --quick     # CI: 3 designs, d_aug in {20, 24, 28}
 
-Thesis claims (``subsec:finite_lambda``, Thm ``thm:formal_linear_regression_soft``):
+Thesis claims (Section 4.5, Theorem 4.2):
 "with a proper lambda, DAC can outperform DA-ERM under misspecified augmentations" (optimal
 lambda 3.2 at d_aug = 24, alpha = 1); DAC with the optimal lambda beats DA-ERM for every
 augmentation strength d_aug, "d_aug = 20 corresponds to the label-invariance augmentations,
@@ -17,7 +17,7 @@ whereas increasing d_aug leads to more misspecification". Checked, printed as HE
     its median is compared with the thesis' 3.2 (information);
 (c) the lambda matters: at the optimum DAC beats both lambda -> 0 (OLS on the originals) and
     the hard constraint (lambda = inf);
-(d) thm:formal_linear_regression_soft: for every design, the exact DAC risk at the proof's
+(d) Theorem 4.2: for every design, the exact DAC risk at the proof's
     lambda <= the upper bound, and the exact DA-ERM risk >= the lower bound;
 (e) d_aug sweep: DAC at its optimal lambda beats DA-ERM for every d_aug (Monte Carlo mean over
     designs), and at d_aug = 20 (label invariant) the optimum is the hard constraint with
@@ -27,7 +27,7 @@ whereas increasing d_aug leads to more misspecification". Checked, printed as HE
 
 Setting (thesis): d = 30, N = 50, x ~ N(0, I), theta* = [theta_c; 0] with
 theta_c in {-1, 1}^10, alpha = 1 augmentation adding N(0, aug_std^2) noise to the last d_aug
-coordinates. Risk ``L(theta) = ||X (theta - theta*)||^2 / N`` (``subsec:finite_lambda``).
+coordinates. Risk ``L(theta) = ||X (theta - theta*)||^2 / N`` (Section 4.5).
 The thesis writes "label noise sigma = 0.1" and jitter "N(0, 0.1)"; its other example calls
 sigma "the noise variance". Defaults here: noise *variance* 0.1 (``--noise-var``) and jitter
 *std* 0.1 (``--aug-std``) -- the reading closest to the thesis' 3.2: over 10 designs the
@@ -129,7 +129,7 @@ def run(args, argv=None):
     total = args.designs * (len(args.lams) + 1 + len(args.d_augs))
     bar = tqdm(total=total, desc="fig:misspec", file=sys.stderr, dynamic_ncols=True)
     lam_rows, design_rows, daug_rows = [], [], []
-    # ---------------- lambda sweep (fig:misspec_lambda)
+    # ---------------- lambda sweep (Figure 4.2a)
     for j in range(args.designs):
         X, Xa, th = _design(args, args.d_aug, j)
         opt = L.optimal_lambda(X, Xa, th, sigma)
@@ -161,7 +161,7 @@ def run(args, argv=None):
             "dac_at_lam_bound": float(L.soft_dac_risk(T, T.lam_bound).total),
             "dac_upper_bound": float(T.dac_upper_bound), "erm_lower_bound":
             float(T.erm_lower_bound), "misspec": float(T.misspec)})
-    # ---------------- d_aug sweep (fig:misspec_daug)
+    # ---------------- d_aug sweep (Figure 4.2b)
     for d_aug in args.d_augs:
         for j in range(args.designs):
             X, Xa, th = _design(args, d_aug, j)

@@ -1,4 +1,4 @@
-"""Thesis Sec. ``sec:example_2relu``: DAC vs DA-ERM for two-layer ReLU regression.
+"""Thesis Section 4.6.1: DAC vs DA-ERM for two-layer ReLU regression.
 
 Run (from the repository root)::
 
@@ -6,8 +6,7 @@ Run (from the repository root)::
     python experiments/fig_two_layer_relu.py --quick     # CI: 2 alphas x 4 d_aug x 6 seeds
     python experiments/fig_two_layer_relu.py --alphas 1,4 --d-augs 0,20 --seeds 10
 
-Thesis claim (Sec. ``sec:example_2relu``, Thm ``thm:case_2layer_relu_risk``, Cor.
-``coro:two_layer_daug_bound``): DAC on the first layer gives ``L(h_dac) - L(h*) <~ sigma C_w
+Thesis claim (Section 4.6.1, Theorem B.2, Corollary B.3): DAC on the first layer gives ``L(h_dac) - L(h*) <~ sigma C_w
 C_null / sqrt(N)`` with ``C_null <~ sqrt(d - d_aug)``, while DA-ERM achieves no better than
 ``sigma C_w max(sqrt(d / ((alpha+1) N)), sqrt((d - d_aug)/N))``: "DAC tends to be more efficient
 than DA-ERM, and such advantage is enhanced with strong but limited data augmentations (i.e.,
@@ -24,19 +23,19 @@ HELD / NOT HELD:
     the gap ``DA-ERM - DAC`` is >= 0.8; (b2) the same for the ratio ``DA-ERM / DAC``;
 (c) the advantage is largest for limited augmentations: at the largest d_aug the gap at the
     smallest alpha exceeds the gap at the largest alpha;
-(d) stronger augmentations help DAC (Cor. ``coro:two_layer_daug_bound``): the Spearman
+(d) stronger augmentations help DAC (Corollary B.3): the Spearman
     correlation between d_aug and DAC's excess risk is <= -0.8 (at the smallest alpha).
 
 Setting (the thesis fixes no numbers for this example; chosen like its linear examples,
-``example:linear_regression``, d = 30): ``x ~ N(0, I_30)``, teacher ``h*(x) = (x^T B*)_+ w*``
+Example 2, d = 30): ``x ~ N(0, I_30)``, teacher ``h*(x) = (x^T B*)_+ w*``
 with ``q = 2`` unit columns of ``B*`` in the first ``d_causal = 5`` coordinates and ``w* = +-1``
 (``||w*||_1 = 2``), label noise ``sigma = 0.5``, ``N = 300`` training samples (``alpha N >= 4
-d_aug`` for every alpha, Thm ``thm:case_2layer_relu_risk`` (a)), ``alpha`` augmentations per
+d_aug`` for every alpha, Theorem B.2 (a)), ``alpha`` augmentations per
 sample adding ``N(0, 1)`` noise to the last ``d_aug`` coordinates (label invariant, ``rank(Delta)
 = d_aug`` a.s.). Student: width 8, unit-norm first-layer columns, ``||w||_1 <= C_w = ||w*||_1``
 (the thesis' class), full-batch Adam with a cosine-decayed step size from 1e-2 for 2000 steps,
 projected after every step (:mod:`rdr_jax.dac.two_layer`). DAC is the thesis' hard constraint
-(``B = P_null B``); ``--soft-lam`` adds the soft penalty of Eq. ``eq:dac_soft``. Every cell uses
+(``B = P_null B``); ``--soft-lam`` adds the soft penalty of Eq. (4.1). Every cell uses
 the same seeds (same teacher, inputs and initialisation: paired comparisons). Excess risk
 ``mean (h(x) - h*(x))^2`` on ``n_test = 2000`` fresh inputs (population risk) and on the
 training inputs (the thesis' fixed-design risk, saved as ``*_train``).

@@ -1,4 +1,4 @@
-"""Thesis Ch. ``ch:adawac``: train AdaWAC or a baseline and report DSC / HD95 and the beta table.
+"""Thesis Chapter 5: train AdaWAC or a baseline and report DSC / HD95 and the beta table.
 
 Run (from the repository root)::
 
@@ -19,7 +19,7 @@ absent the run falls back to the synthetic phantom (:func:`rdr_jax.adawac.phanto
 ACDC the cine-MRI one, ``cardiac_phantom_cases``) and says so. ``--quick`` always uses a
 phantom and the tiny CPU network.
 
-Thesis claims (``sec:experiments_adawac``, ``tab:synapse_sample_eff``):
+Thesis claims (Section 5.5, Table 5.1):
 
 (a) AdaWAC's weights separate label-dense from label-sparse slices: at the end of training the
     ROC AUC of ``beta`` against "foreground covers >= 1% of the slice" (label-dense; the
@@ -31,7 +31,7 @@ Thesis claims (``sec:experiments_adawac``, ``tab:synapse_sample_eff``):
 Outputs in ``--out`` (default ``experiments/results/train_adawac``): ``results.csv`` and
 ``results.json`` (one row per method and seed: DSC, HD95, per-class DSC, AUCs, seconds per
 step), ``history_<method>_seed<s>.npz`` (per-epoch beta / ce / consistency per slice),
-``beta_heatmap.png`` (CE / beta / consistency heatmaps, ``fig:synapse-weights``),
+``beta_heatmap.png`` (CE / beta / consistency heatmaps, Figure 5.3),
 ``training_curves.png`` (loss, dice, CE and consistency against the step, read from each run's
 ``metrics.jsonl``, which the shared loop writes every ``log_every`` steps), ``config.json``;
 checkpoints and metrics in ``<out>/runs/<method>_seed<s>`` (``--resume`` continues from them).

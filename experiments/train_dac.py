@@ -1,8 +1,8 @@
-"""Thesis Sec. ``sec:dac_experiments``: DAC vs DA-ERM on CIFAR-100 (Tables 4.1-4.5).
+"""Thesis Section 4.7: DAC vs DA-ERM on CIFAR-100 (Tables 4.1-4.5).
 
 Run (from the repository root; needs the CIFAR-100 python version, see below)::
 
-    python experiments/train_dac.py --config different_lambda            # table:different_lambda
+    python experiments/train_dac.py --config different_lambda            # Table 4.1
     python experiments/train_dac.py --config different_number_of_aug     # ..._number_of_aug
     python experiments/train_dac.py --config different_labeled_samples   # ..._labeled_samples
     python experiments/train_dac.py --config misspecified_lambda         # ..._misspecified_lambda
@@ -12,7 +12,7 @@ Run (from the repository root; needs the CIFAR-100 python version, see below)::
     python experiments/train_dac.py --config different_lambda --set total_steps=4096
     python experiments/train_dac.py --config different_lambda --set dtype=bfloat16  # bf16 compute
 
-Thesis claims (Sec. ``sec:dac_experiments``), printed as HELD / NOT HELD with the numbers:
+Thesis claims (Section 4.7), printed as HELD / NOT HELD with the numbers:
 
 * ``different_lambda``: "With proper choice of lambda, training with DAC significantly
   improves over DA-ERM" (thesis: 70.56 vs 69.40);
@@ -25,7 +25,7 @@ Thesis claims (Sec. ``sec:dac_experiments``), printed as HELD / NOT HELD with th
 * ``fixmatch_dac``: FixMatch + DAC (lambda = 1) beats FixMatch for 5000, 10000, 20000
   unlabeled images (thesis: 71.24 / 72.7 / 74.04 vs 67.74 / 69.23 / 70.76).
 
-Settings are :mod:`rdr_jax.dac.configs` (App. ``apdx:exp_detail``: WideResNet-28-2,
+Settings are :mod:`rdr_jax.dac.configs` (Section B.6: WideResNet-28-2,
 RandAugment(2, 10), 7 augmentations, batch 64, 2^15 SGD steps, lr 0.03 cos(7 pi i / (16 2^15)),
 5 seeds); each (cell, seed) is :func:`rdr_jax.dac.deep.train` in its own work directory
 ``<out>/runs/<cell>_seed<s>/`` with orbax checkpoints every ``checkpoint_every`` steps, so an

@@ -59,8 +59,34 @@ def test_every_public_module_has_a_page(reference):
     for name in modules:
         assert (reference.out / f"{name.replace('.', '/')}.html").is_file(), name
     assert len(reference.pages) == len(modules) + 1          # + index.html
-    assert 'url=./rdr_jax.html' in (reference.out / "index.html").read_text()
     assert (reference.out / "search.js").stat().st_size > 0
+
+
+def test_landing_page_leads_with_the_main_functions(reference):
+    """index.html is a landing page (not a redirect, not the flat list of every name): the
+    main functions grouped by task, each linking to its section, then every module."""
+    index = (reference.out / "index.html").read_text(encoding="utf-8")
+    assert "http-equiv" not in index
+    main = index[index.index('<main class="pdoc">'):]
+    links = re.findall(r'<a href="([^"#]+)#([^"]+)"><code>([^<]+)</code></a>', main)
+    names = [name for _, _, name in links]
+    assert names[:4] == ["rdr_jax.interpolative", "rdr_jax.interpolative_to_tolerance",
+                         "rdr_jax.cur", "rdr_jax.id_to_svd"]
+    for name in ("rdr_jax.rsvd", "rdr_jax.rangefinder", "rdr_jax.select_columns",
+                 "rdr_jax.error_bound", "rdr_jax.Method", "rdr_jax.SparseSign",
+                 "rdr_jax.angles.canonical_angles", "rdr_jax.adawac.beta_mirror_ascent"):
+        assert name in names, name
+    assert len(names) < 60                                   # the main ones, not ~300
+    for page, anchor, name in links:                         # each reaches its section
+        assert f'id="{anchor}"' in (reference.out / page).read_text(encoding="utf-8"), name
+    # the functions are documented where they are defined, e.g. id_cur/decompositions.html
+    assert ("rdr_jax/id_cur/decompositions.html", "interpolative",
+            "rdr_jax.interpolative") in links
+    modules = main[main.index('<section id="modules">'):]
+    for sub in ("rdr_jax.angles", "rdr_jax.id_cur", "rdr_jax.dac", "rdr_jax.adawac",
+                "rdr_jax.models", "rdr_jax.training"):
+        assert f'<code>{sub}</code>' in modules, sub
+    assert main.index('<section id="modules">') > main.index("rdr_jax.interpolative")
 
 
 def _page(reference, module: str) -> str:
@@ -69,13 +95,16 @@ def _page(reference, module: str) -> str:
 
 def test_key_pages_document_the_entry_points(reference):
     top = _page(reference, "rdr_jax")
-    for name in ("cur", "interpolative", "rsvd", "error_certificate", "CUR", "Method"):
+    for name in ("cur", "interpolative", "interpolative_to_tolerance", "rsvd", "error_bound",
+                 "ErrorBound", "CUR", "Method"):
         assert f'<section id="{name}">' in top, name
     # Google sections and doctest examples are rendered, not left as plain text
-    cur = top[top.index('<section id="cur">'):]
-    cur = cur[:cur.index("</section>")]
-    assert '<h6 id="arguments">Arguments:</h6>' in cur and "Example:" in cur
-    assert '<span class="gp">&gt;&gt;&gt; </span>' in cur
+    def section(name):
+        start = top.index(f'<section id="{name}">')
+        return top[start:top.index("</section>", start)]
+
+    assert '<h6 id="arguments">Arguments:</h6>' in section("cur")
+    assert '<span class="gp">&gt;&gt;&gt; </span>' in top
     assert '<section id="space_agnostic_bound">' in _page(reference, "rdr_jax.angles")
     assert '<section id="beta_mirror_ascent">' in _page(reference, "rdr_jax.adawac.transform")
     # the top page lists the subpackages that its __all__ leaves out
@@ -87,15 +116,18 @@ def test_key_pages_document_the_entry_points(reference):
 def test_cross_references_are_links(reference):
     """Roles become links to the documented objects (the full paths written for pdoc)."""
     sketching = _page(reference, "rdr_jax.sketching")
-    assert '<code><a href="#gaussian">rdr_jax.sketching.gaussian()</a></code>' in sketching
+    assert re.search(r'<code><a href="#Gaussian">(rdr_jax\.sketching\.)?Gaussian(\(\))?</a></code>',
+                     sketching)
     decompositions = _page(reference, "rdr_jax.id_cur.decompositions")
-    assert re.search(r'<code><a href="[^"]*#Method">rdr_jax\.selection\.Method</a></code>',
-                     decompositions)
+    assert re.search(r'<code><a href="[^"]*#Method">rdr_jax\.(id_cur\.selection\.)?Method</a>'
+                     r'</code>', decompositions)
     plots = _page(reference, "rdr_jax.adawac.plots")
     assert re.search(r'#SliceDataset\.case_index">rdr_jax\.adawac\.data\.SliceDataset\.case_index</a>',
                      plots)
     # NamedTuple constructors show evaluated annotations (no pdoc warning for them)
-    assert "Optional[jax" in decompositions
+    assert re.search(r'ColumnID</span><span class="signature[^"]*">\(<span class="param">\s*'
+                     r'<span class="n">cols</span><span class="p">:</span> <span class="n">jax',
+                     decompositions)
 
 
 def test_pages_are_offline_and_clean(reference):
@@ -198,3 +230,75 @@ def test_command_line_strict_exit_status_and_summary(docpkg, tmp_path, capsys):
     assert not (out / "docpkg_t" / "old").exists()
     assert (out / "docpkg_t" / "notes.txt").read_text() == "not ours"
     assert sorted(p.name for p in (out / "docpkg_t").iterdir()) == ["good.html", "notes.txt"]
+
+
+# -- thesis references by number (docs/thesis_refs.py, docs/thesis_labels.json) ----------------
+
+def _load_thesis_refs():
+    spec = importlib.util.spec_from_file_location("rdr_jax_thesis_refs",
+                                                  ROOT / "docs" / "thesis_refs.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+thesis_refs = _load_thesis_refs()
+
+
+def test_thesis_label_map_gives_the_printed_numbers():
+    labels = thesis_refs.load_labels()
+    assert len(labels) > 250
+    expect = {
+        "ch:cur": "Chapter 2", "ch:adawac": "Chapter 5",
+        "sec:cur_rand_lupp": "Section 2.4", "subsec:rsvd": "Section 2.2.4",
+        "eq:def_power_iter": "Eq. (2.14)", "eq:stable_power_iter": "Eq. (3.1)",
+        "algo:sketch_pivot_CUR_general": "Algorithm 1", "algo:rand-id-lupp": "Algorithm 2",
+        "algo:rsvd_power_iterations": "Algorithm 4",        # algorithm.sty: one counter
+        "thm:pivoting_on_rangeapprox_error_bound": "Theorem 2.1",
+        "thm:space_agnostic_bounds": "Theorem 3.1",
+        "prop:space_agnostic_estimation": "Proposition 3.2",   # shares the theorem counter
+        "def:canonical-angles": "Definition 3.1",
+        "ass:separability_sparse_dense": "Assumption 1",    # numbered through the document
+        "apx:case_ood": "Section B.4", "eq:dice_loss": "Eq. (C.8)",   # \appendices: A, B, C
+        "tab:trim": "Table 5.2", "fig:rand-errfro-rank_large": "Figure 2.3a",
+        "eq:ortho_power_iter": "Eq. (2.15)",   # label on an unnumbered row: its display's number
+    }
+    assert {k: labels[k]["text"] for k in expect} == expect
+
+
+def test_thesis_rewrite_replaces_citations_in_prose_only(tmp_path):
+    labels = thesis_refs.load_labels()
+    text, n = thesis_refs.rewrite_text(
+        "Power iterations (Eq. ``eq:def_power_iter``), Algorithm ``algo:rand-id-lupp``, "
+        "Thm ``thm:pivoting_on_rangeapprox_error_bound``, see ch:cur and Sec. `sec:cur_rand_lupp`; "
+        "Eqs. ``eq:dac_soft`` / ``eq:dac_hard``; eq:not_a_label.", labels)
+    assert text == ("Power iterations (Eq. (2.14)), Algorithm 2, Theorem 2.1, see Chapter 2 and "
+                    "Section 2.4; Eqs. (4.1) / (4.2); eq:not_a_label.")
+    assert n == 7
+    py = tmp_path / "m.py"
+    py.write_text('"""Module (Eq. ``eq:def_power_iter``)."""\n'
+                  'KEYS = {"tab:trim": 1}  # Table ``tab:trim``\n\n\n'
+                  'def f():\n    """See ``thm:space_agnostic_bounds``."""\n    return "ch:cur"\n')
+    assert thesis_refs.rewrite_file(py, labels) == 3
+    assert py.read_text() == ('"""Module (Eq. (2.14))."""\n'
+                              'KEYS = {"tab:trim": 1}  # Table 5.2\n\n\n'
+                              'def f():\n    """See Theorem 3.1."""\n    return "ch:cur"\n')
+    md = tmp_path / "p.md"
+    md.write_text("Text `ch:dac`.\n\n```bash\npython x.py --figure fig:acdc\n```\n")
+    assert thesis_refs.rewrite_file(md, labels) == 1
+    assert md.read_text().startswith("Text Chapter 4.\n")
+    assert "--figure fig:acdc" in md.read_text()          # code blocks are left alone
+
+
+def test_own_docs_cite_the_thesis_by_number():
+    files = [ROOT / "README.md"] + [ROOT / "docs" / f for f in (
+        "choosing-a-method.md", "design.md", "performance.md", "scale-out.md",
+        "reproducing.md", "development.md", "chapters-4-5.md")]
+    labels = thesis_refs.load_labels()
+    left = {str(p.relative_to(ROOT)): n for p in files if p.exists()
+            and (n := thesis_refs.rewrite_file(p, labels, write=False))}
+    assert not left, f"label citations left (python docs/thesis_refs.py --rewrite): {left}"
+    for p in files:
+        if p.exists():
+            assert "implementation-notes" not in p.read_text(encoding="utf-8"), p
