@@ -15,7 +15,7 @@ def test_options_in_effect_on_cpu_and_results_identical():
     A = jnp.asarray(np.random.default_rng(0).standard_normal((60, 40)), jnp.float32)
     key = jax.random.key(0)
     op = R.as_operator(A)
-    opts = D._Options(R.id_cur.selection.resolve_method("lupp"), "column", False, None)
+    opts = D._Options(R.id_cur.selection.resolve_method("lupp"), "column")
     fast = D._interpolative._fast(key, op, 8, 18, 8, 18, opts)
     plain = D._interpolative._plain(key, op, 8, 18, 8, 18, opts)
     np.testing.assert_array_equal(np.asarray(fast.cols), np.asarray(plain.cols))
@@ -56,7 +56,7 @@ from rdr_jax.id_cur import decompositions as D
 assert _jit.cpu_compiler_options() == _jit.CPU_COMPILER_OPTIONS
 A = jnp.asarray(np.random.default_rng(0).standard_normal((300, 120)))
 op, key = R.as_operator(A), jax.random.key(0)
-opts = D._Options(R.id_cur.selection.resolve_method("lupp"), "column", False, None)
+opts = D._Options(R.id_cur.selection.resolve_method("lupp"), "column")
 fast, plain = D._interpolative._fast, D._interpolative._plain
 a, b = fast(key, op, 20, 30, 25, 35, opts), plain(key, op, 20, 30, 25, 35, opts)
 np.testing.assert_array_equal(np.asarray(a.cols), np.asarray(b.cols))
