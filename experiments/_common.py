@@ -129,3 +129,21 @@ def roc_auc(labels, scores) -> float:
     if y.all() or not y.any():
         return float("nan")
     return float(roc_auc_score(y, s))
+
+
+def gaussian(key, l, m, *, dtype=None, generator="hash"):
+    """A drawn l x m Gaussian sketch (``rdr_jax.Gaussian(generator).draw``)."""
+    from rdr_jax.sketching import Gaussian
+    return Gaussian(generator).draw(key, l, m, dtype=dtype)
+
+
+def sparse_sign(key, l, m, zeta=8, *, dtype=None):
+    """A drawn l x m sparse sign sketch (``rdr_jax.SparseSign(zeta).draw``)."""
+    from rdr_jax.sketching import SparseSign
+    return SparseSign(zeta).draw(key, l, m, dtype=dtype)
+
+
+def srtt(key, l, m, *, dtype=None):
+    """A drawn l x m SRTT sketch (``rdr_jax.SRTT().draw``)."""
+    from rdr_jax.sketching import SRTT
+    return SRTT().draw(key, l, m, dtype=dtype)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -46,7 +47,9 @@ import numpy as np
 
 import rdr_jax
 from rdr_jax import operators as ops
-from rdr_jax.sketching import SRTT, Gaussian, SparseSign
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import gaussian, sparse_sign  # noqa: E402
 
 F64 = jnp.float64
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_operators"
@@ -54,20 +57,6 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_operators"
 REPORTED_1E6 = {"sketch_gauss": 73.7, "cols": 13.9, "rows": 10.3, "matmat": 20.7}
 
 
-
-def gaussian(key, l, m, *, dtype=None, generator="hash"):
-    """A drawn l x m Gaussian sketch (``Gaussian(generator).draw``)."""
-    return Gaussian(generator).draw(key, l, m, dtype=dtype)
-
-
-def sparse_sign(key, l, m, zeta=8, *, dtype=None):
-    """A drawn l x m sparse sign sketch (``SparseSign(zeta).draw``)."""
-    return SparseSign(zeta).draw(key, l, m, dtype=dtype)
-
-
-def srtt(key, l, m, *, dtype=None):
-    """A drawn l x m SRTT sketch (``SRTT().draw``)."""
-    return SRTT().draw(key, l, m, dtype=dtype)
 
 def _timeit(fn, args, repeats):
     for _ in range(2):     # warm-up: rdr_jax's quick first-call compile, then the optimised one

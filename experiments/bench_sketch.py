@@ -68,8 +68,10 @@ import scipy.sparse as sp
 from tqdm import tqdm
 
 from rdr_jax._src.kernels import sparse_sign_apply_host
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import gaussian, sparse_sign, srtt  # noqa: E402
 from rdr_jax.operators import HIGHEST
-from rdr_jax.sketching import SRTT, Gaussian, SparseSign
 
 F32 = jnp.float32
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_sketch"
@@ -97,20 +99,6 @@ def _block(x):
     return jax.block_until_ready(x)
 
 
-
-def gaussian(key, l, m, *, dtype=None, generator="hash"):
-    """A drawn l x m Gaussian sketch (``Gaussian(generator).draw``)."""
-    return Gaussian(generator).draw(key, l, m, dtype=dtype)
-
-
-def sparse_sign(key, l, m, zeta=8, *, dtype=None):
-    """A drawn l x m sparse sign sketch (``SparseSign(zeta).draw``)."""
-    return SparseSign(zeta).draw(key, l, m, dtype=dtype)
-
-
-def srtt(key, l, m, *, dtype=None):
-    """A drawn l x m SRTT sketch (``SRTT().draw``)."""
-    return SRTT().draw(key, l, m, dtype=dtype)
 
 def time_call(fn, args, repeats: int, warmup: int = 2):
     """Run ``fn(*args)`` ``warmup`` times (compile + warm caches), then time ``repeats`` calls.

@@ -58,25 +58,11 @@ class ErrorBound(NamedTuple):
     norm_estimate: jax.Array
     failure_prob: jax.Array
 
-    @property
-    def fro_bound(self):        # 0.1 name
-        DEP.warn("ErrorBound.fro_bound", "ErrorBound.fro")
-        return self.fro
-
-    @property
-    def spec_bound(self):       # 0.1 name
-        DEP.warn("ErrorBound.spec_bound", "ErrorBound.spectral")
-        return self.spectral
-
-    @property
-    def spec_estimate(self):    # 0.1 name
-        DEP.warn("ErrorBound.spec_estimate", "ErrorBound.spectral_estimate")
-        return self.spectral_estimate
-
-    @property
-    def delta(self):            # 0.1 name
-        DEP.warn("ErrorBound.delta", "ErrorBound.failure_prob")
-        return self.failure_prob
+    # 0.1 names
+    fro_bound = DEP.renamed_field("ErrorBound", "fro_bound", "fro")
+    spec_bound = DEP.renamed_field("ErrorBound", "spec_bound", "spectral")
+    spec_estimate = DEP.renamed_field("ErrorBound", "spec_estimate", "spectral_estimate")
+    delta = DEP.renamed_field("ErrorBound", "delta", "failure_prob")
 
 
 # --------------------------------------------------------------------------------------

@@ -43,10 +43,7 @@ class LowRankError(NamedTuple):
     relative_fro: float
     exact: bool
 
-    @property
-    def spec(self):             # 0.1 name
-        DEP.warn("LowRankError.spec", "LowRankError.spectral")
-        return self.spectral
+    spec = DEP.renamed_field("LowRankError", "spec", "spectral")     # 0.1 name
 
 
 class EtaBound(NamedTuple):
@@ -59,15 +56,9 @@ class EtaBound(NamedTuple):
     residual_fro: float
     residual_spectral: float
 
-    @property
-    def spec(self):             # 0.1 name (Certificate.spec)
-        DEP.warn("Certificate.spec", "EtaBound.spectral")
-        return self.spectral
-
-    @property
-    def residual_spec(self):    # 0.1 name
-        DEP.warn("Certificate.residual_spec", "EtaBound.residual_spectral")
-        return self.residual_spectral
+    # 0.1 names (Certificate)
+    spec = DEP.renamed_field("Certificate", "spec", "spectral")
+    residual_spec = DEP.renamed_field("Certificate", "residual_spec", "residual_spectral")
 
 
 def _wide(dtype):

@@ -94,3 +94,11 @@ def with_deprecated_kwargs(handler):
             return g(*args, **kwargs)
         return wrapper
     return decorate
+
+
+def renamed_field(owner: str, old: str, new: str) -> property:
+    """A read-only property ``old`` of a result type that warns and returns field ``new``."""
+    def get(self):
+        warn(f"{owner}.{old}", f"{owner}.{new}")
+        return getattr(self, new)
+    return property(get, doc=f"Deprecated (0.2): use ``{new}``.")
