@@ -4,11 +4,11 @@ Run:  python experiments/demo.py            (about half a minute on 2 CPU cores)
       python experiments/demo.py --quick    (smaller, for CI)
 
 For each matrix and each sketch (Gaussian, SRTT, sparse sign) it computes a rank-k
-randomized SVD with q power iterations (thesis Algorithm ``algo:rsvd_power_iterations``) and
+randomized SVD with q power iterations (thesis Algorithm 4) and
 prints the relative Frobenius error ||A - U S V^T||_F / ||A||_F next to the optimal rank-k
 error sqrt(sum_{i>k} s_i^2) / ||A||_F (Eckart-Young) and the time, against a full
 LAPACK SVD (numpy) where the matrix is small enough to have one. The last row is the
-10^6 x 10^6 factored SNN matrix of thesis Sec. ``subsec:exp_cur``, whose exact error is
+10^6 x 10^6 factored SNN matrix of thesis Section 2.5.3, whose exact error is
 computed in factored form: ||A - U U^T A||_F^2 = ||A||_F^2 - ||U^T A||_F^2.
 
 float32: the errors shown are far above float32 rounding.

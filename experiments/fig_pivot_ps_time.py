@@ -1,11 +1,11 @@
-"""Thesis Fig. ``fig:pivot-ps-time``: run time of the pivoting schemes LUPP, CPQR and DEIM vs n.
+"""Thesis Figure 2.2: run time of the pivoting schemes LUPP, CPQR and DEIM vs n.
 
 Run (from the repository root)::
 
     python experiments/fig_pivot_ps_time.py            # full: n=2^10..2^16, l=16,64,256, m=1000
     python experiments/fig_pivot_ps_time.py --quick    # CI: n=2^10,2^13, l=16,64
 
-Thesis claim (Sec. ``subsec:exp_pivot``): "we observe a considerable run time advantage of
+Thesis claim (Section 2.5.2): "we observe a considerable run time advantage of
 the LUPP over the CPQR and DEIM, especially when l is large. (Additionally, we see that DEIM
 slightly outperforms CPQR, which is perhaps surprising, given the substantially larger number
 of flops required by DEIM.)" The script checks, at the largest n:

@@ -8,8 +8,8 @@ Run (from the repository root)::
     python experiments/fig_rand_err_rank.py --quick --dataset mnist   # k = 10, 40
     python experiments/fig_rand_err_rank.py --dataset snn1e6 --ks 10,20   # the slow one
 
-Thesis claims (Sec. ``subsec:exp_cur``, Figs. ``fig:rand-err-rank_large``, ``_yaleface-64x64``,
-``_mnist-train``, ``_snn-1e3-...``, ``_snn-1e6-...``): "the randomized pivoting-based skeleton
+Thesis claims (Section 2.5.3, Figures 2.3-2.7: the large matrix, YaleFace, MNIST and the two
+SNN matrices): "the randomized pivoting-based skeleton
 selection algorithms (Rand-LUPP, Rand-CPQR, and RSVD-DEIM) share the similar approximation
 accuracy, which is considerably higher than that of the RSVD-LS and SRCUR. From the efficiency
 perspective, Rand-LUPP provides the most competitive run time among all the algorithms [...].
@@ -59,8 +59,8 @@ library default re-orthonormalises, which changes CPQR's pivots). *Timing* cover
 selection only (sketch + pivots for columns and rows): each (method, k) is compiled and run
 once with another key (warm-up excluded), then ``--repeats`` calls are timed with
 ``jax.block_until_ready`` and the median is reported; the skeletons of the first timed call
-are evaluated. *Error*: the CUR ``C U R`` with ``U = C^+ A R^+`` (thesis Eq.
-``eq:cur_stable``, the U of :func:`rdr_jax.cur`) is formed as ``Q_C (Q_C^T A Q_R) Q_R^T`` from
+are evaluated. *Error*: the CUR ``C U R`` with ``U = C^+ A R^+`` (thesis Eq. (2.10), the U of :func:`rdr_jax.cur`) is formed as
+``Q_C (Q_C^T A Q_R) Q_R^T`` from
 rank-revealing orthonormal bases of C and R^T (so a rank-deficient skeleton, e.g. from
 leverage-score sampling, still gives the best CUR for its skeletons instead of Inf/NaN), and
 :func:`rdr_jax.lowrank_error` gives the exact ``||A - CUR||_F`` and ``||A - CUR||_2``

@@ -1,11 +1,11 @@
-"""Thesis Fig. ``fig:sketch-ps-time``: run time of applying random embeddings vs the ambient size m.
+"""Thesis Figure 2.1: run time of applying random embeddings vs the ambient size m.
 
 Run (from the repository root)::
 
     python experiments/fig_sketch_ps_time.py            # full: n=1000, m=2^10..2^16, l=16,64,256
     python experiments/fig_sketch_ps_time.py --quick    # CI: n=100, m=2^11,2^14, l=16,64
 
-Thesis claim (Sec. ``subsec:exp_embedding``): "with proper implementation, the sparse sign
+Thesis claim (Section 2.5.1): "with proper implementation, the sparse sign
 matrices are more efficient than the Gaussian embeddings and the SRTTs, especially for
 large-scale problems. The SRTTs outperform Gaussian embeddings in terms of efficiency, and
 such an advantage can be amplified as l increases." The script checks, at the largest m:

@@ -5,9 +5,9 @@ Run (from the repository root)::
     python experiments/kahan_demo.py            # full: n=200, k=10,20,...,190,199, 10 trials
     python experiments/kahan_demo.py --quick    # CI: n=64, k=16,40,63, 3 trials
 
-Thesis claim (Ch. 2 introduction and Sec. ``subsec:pivoting_mat_decomp``): CPQR's bound
+Thesis claim (Ch. 2 introduction and Section 2.2.5): CPQR's bound
 ``|(R_1^-1 R_2)_ij| <= 2^(l-i)`` is attained by the Kahan matrix, LUPP has the same
-exponential worst case (Remark ``lemma:LUPP_entry_bound``), and "the randomness introduced by
+exponential worst case (Remark 2.5), and "the randomness introduced by
 sketching empirically serves as a remedy for the vulnerability of classical pivoting schemes
 like LUPP to adversarial inputs (e.g., the Kahan matrix)".
 
