@@ -35,7 +35,7 @@ __all__ = ["ErrorBound", "error_bound", "certify_factors", "fro_factor", "spec_q
 #: 1.77x the estimate (1/sqrt(tau) of (F)), so its median ratio to the truth is below 2.
 DEFAULT_NUM_VECTORS = 20
 #: a certificate looser than this factor (bound / estimate, Frobenius) is refused as
-#: uninformative: ``error_certificate`` asks for more test vectors instead.
+#: uninformative: :func:`error_bound` asks for more test vectors instead.
 MAX_LOOSENESS = 10.0
 
 
