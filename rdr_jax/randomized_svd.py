@@ -205,8 +205,10 @@ def rsvd(key, A: Any, k: int, *, oversample: int = 10, power_iters: int | str = 
 
 def _warn_if_subnormal(op) -> None:
     """XLA flushes subnormal numbers to zero: a nonzero A of subnormal entries gives s = 0."""
-    x = getattr(op, "array", None)
-    if x is None or not V.is_concrete(x):
+    if not op.dense:                    # checked for dense input only: never densify
+        return
+    x = op.todense()
+    if not V.is_concrete(x):
         return
     amax = float(np.max(np.abs(np.asarray(x))))        # on the host: no flush to zero
     if 0.0 < amax < float(jnp.finfo(x.dtype).tiny):

@@ -61,7 +61,7 @@ class AdaptiveRows(NamedTuple):
     error_estimate: Float[Array, ""]
     norm_estimate: Float[Array, ""]
     converged: Bool[Array, ""]
-    error_bound: Any
+    error_bound: Float[Array, ""]
 
 
 class AdaptiveColumns(NamedTuple):
@@ -80,7 +80,7 @@ class AdaptiveColumns(NamedTuple):
     error_estimate: Float[Array, ""]
     norm_estimate: Float[Array, ""]
     converged: Bool[Array, ""]
-    error_bound: Any
+    error_bound: Float[Array, ""]
 
 
 @dataclasses.dataclass(frozen=True)
