@@ -147,3 +147,25 @@ def srtt(key, l, m, *, dtype=None):
     """A drawn l x m SRTT sketch (``rdr_jax.SRTT().draw``)."""
     from rdr_jax.sketching import SRTT
     return SRTT().draw(key, l, m, dtype=dtype)
+
+
+#: the rule every timing claim follows (shown in the claims' details)
+NOISE_RULE = ("a comparison is decided only when the medians differ by more than the repeats' "
+              "spread (the larger min-max range of the two cells)")
+
+
+def compare_times(ta, tb) -> int:
+    """-1 when the timed calls ``ta`` are decidedly faster than ``tb``, +1 when decidedly
+    slower, 0 when within noise: decided only when the medians differ by more than the
+    repeats' spread (the larger of the two min-max ranges), so noise counts both ways."""
+    ma, mb = float(np.median(ta)), float(np.median(tb))
+    spread = max(max(ta) - min(ta), max(tb) - min(tb))
+    if abs(ma - mb) <= spread:
+        return 0
+    return -1 if ma < mb else 1
+
+
+def ratio_range(tb, ta) -> tuple[float, float, float]:
+    """The time ratio ``tb / ta`` of two sets of timed calls: (median ratio, lowest, highest
+    over the repeats' ranges)."""
+    return (float(np.median(tb) / np.median(ta)), min(tb) / max(ta), max(tb) / min(ta))

@@ -113,7 +113,9 @@ def run(args, argv=None):
         r["erm_rel_err"] = r["erm_mc"] / r["erm_theory"] - 1
     dac_err = max(abs(r["dac_rel_err"]) for r in rows)
     erm_err = max(abs(r["erm_rel_err"]) for r in rows)
-    dp_ok = all(-1e-6 <= r["d_prime"] <= r["d_aug"] + 1e-6 and r["d_aug_computed"] == r["d_aug"]
+    # d' is a trace computed in float32: allow its rounding (~1e-7 relative to d_aug), not more
+    tol = 1e-5 * args.d
+    dp_ok = all(-tol <= r["d_prime"] <= r["d_aug"] + tol and r["d_aug_computed"] == r["d_aug"]
                 for r in rows)
     strict = [r for r in rows if r["d_prime"] >= 0.5]
     order_ok = all(r["dac_mc"] < r["erm_mc"] for r in strict)

@@ -302,6 +302,11 @@ def plot_config(M, k, l, qs, series, panels, args, path):
     plt.close(fig)
 
 
+THESIS_TAGS = {"gaussian_slow": "Gaussian-poly1", "gaussian_fast": "Gaussian-exp",
+               "snn_a1": "SNN-m500n500r20a1", "snn_a100": "SNN-m500n500r20a100",
+               "mnist800": "mnist-train800"}
+
+
 def _claim(cid, text, held, detail):
     return {"id": cid, "claim": text, "held": bool(held), "detail": detail}
 
@@ -439,7 +444,13 @@ def run(args, argv=None):
             all_panels += panels
             bar.update(len(qs))
     bar.close()
-    claims = check_claims(all_panels, args) if all_panels else []
+    claims = []
+    for m in dict.fromkeys(p["matrix"] for p in all_panels):
+        # one set of verdicts per thesis figure (one matrix each), never pooled over figures
+        tag = THESIS_TAGS.get(m)
+        for c in check_claims([p for p in all_panels if p["matrix"] == m], args):
+            label = f"fig:lower_{tag}-kl_k50_l200" if tag else ""
+            claims.append({**c, "id": f"{tag or m}/{c['id']}", "thesis_label": label})
     print(f"\n{'matrix':<14}{'k':>4}{'l':>4}{'q':>3} subspace    r   eps2'  upper-ok  "
           f"lower-vacuous  info: lower<=true")
     for p in all_panels:

@@ -154,10 +154,17 @@ def test_fig_canonical_angles_tiny(script, tmp_path, capsys, monkeypatch):
                 "est_median_abs_log10", "gm_true"} <= set(p)
         assert p["thm33_holds"] and p["thm34_holds"] and p["s2018_holds"]
     _check_claims(res["claims"])
-    ids = {c["id"] for c in res["claims"]}
+    # one set of verdicts per thesis figure, never pooled over figures
+    by_fig: dict = {}
+    for c in res["claims"]:
+        fig, _, oid = c["id"].partition("/")
+        assert c["thesis_label"] == f"fig:{fig}"
+        by_fig.setdefault(fig, set()).add(oid)
     assert {"o1_thm31_vs_s2018", "o2_estimate_accurate", "o8_padded_mild",
-            "o9_deterministic_valid", "o10_thm31_holds", "o4_thm34_exp_q"} <= ids
-    assert next(c for c in res["claims"] if c["id"] == "o9_deterministic_valid")["held"]
+            "o9_deterministic_valid", "o10_thm31_holds", "o4_thm34_exp_q"} <= set().union(
+                *by_fig.values())
+    assert len(by_fig) == len({(p["matrix"], p["l"]) for p in saved["panels"]})
+    assert all(c["held"] for c in res["claims"] if c["id"].endswith("/o9_deterministic_valid"))
     # no l = 1.6k panel: that observation is reported as not evaluated, not as a verdict
     assert any("o5_thm34_needs_oversampling" in s for s in res["not_evaluated"])
 
@@ -296,7 +303,8 @@ def test_fig_space_agnostic_bounds_tiny(script, tmp_path, capsys, monkeypatch):
             assert pan["lower_vacuous_sigma"] is vac
             assert pan["eps2_lower"] == pytest.approx(2 * math.sqrt(l / (r - k)))
     _check_claims(res["claims"])
-    b = next(c for c in res["claims"] if c["id"] == "b_lower_holds")
+    b = next(c for c in res["claims"] if c["id"] == "Gaussian-poly1/b_lower_holds")
+    assert b["thesis_label"] == "fig:lower_Gaussian-poly1-kl_k50_l200"
     assert b["held"] is False and "vacuous" in b["detail"]   # vacuous panels cannot hold
 
 

@@ -38,6 +38,10 @@ def test_fig_misspec_narrow(script, tmp_path):
         saved["claims"].values())
     assert all(isinstance(c["held"], bool) for c in claims)
     held = {c["id"]: c["held"] for c in claims}
+    b = next(c for c in claims if c["id"] == "b_lambda_opt")
+    assert held["b_lambda_opt"] == (b["reason"] == "")             # a NOT HELD says why
+    assert next(c for c in claims if c["id"] == "b_stable")["wording"] == "ours"
+    del held["b_lambda_opt"]      # 2 designs: whether 3.2 lies in their range depends on them
     assert held == {"a_beats": True, "b_stable": True, "c_lambda_matters": True,
                     "d_bounds": True, "e_daug": True,
                     "f_erm_grows": False}, held      # f: a trend over 2 d_aug values

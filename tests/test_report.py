@@ -161,14 +161,16 @@ def test_collect_job_thesis_number_from_detail_and_duplicate_ids(tmp_path):
 
 
 def test_collect_job_stdout_fallback_and_text_from_registry(tmp_path):
-    job = R.JOB_BY_NAME["dac_digits"]
-    out = "[HELD] a_dac_beats_da_erm: DAC 80 vs 70\n[NOT HELD] c_gain_larger: +1 vs +2\n"
+    job = R.JOB_BY_NAME["adawac_tables"]
+    out = ("[HELD] acr_improves_trim_ratio: 80 vs 70\n"
+           "[NOT HELD] adawac_dsc_beats_baseline: 70 vs 71\n")
     res = R.collect_job(job, tmp_path, _run(job.name, tmp_path, stdout=out))
     assert [(c.cid, c.verdict, c.source) for c in res.claims] == [
-        ("a_dac_beats_da_erm", R.HELD, "stdout"), ("c_gain_larger", R.NOT_HELD, "stdout")]
-    assert res.claims[0].text.startswith("(a) DAC")             # curated wording
-    assert "CIFAR-100" in res.claims[0].number
-    assert res.claims[1].reason.startswith("a few hundred steps")  # quick-mode caveat
+        ("acr_improves_trim_ratio", R.HELD, "stdout"),
+        ("adawac_dsc_beats_baseline", R.NOT_HELD, "stdout")]
+    assert res.claims[0].text == "+ACR improves trim-ratio"       # curated wording
+    assert res.claims[1].reason == job.quick_caveat                 # quick-mode caveat
+    assert {c.kind for c in res.claims} == {R.STAND_IN} and res.claims[0].mode == "quick"
 
 
 def test_failed_skipped_missing_and_stale(tmp_path):
@@ -187,7 +189,7 @@ def test_failed_skipped_missing_and_stale(tmp_path):
     assert res.status == "skipped"
     (row,) = res.claims
     assert row.verdict == R.NOT_RUN and row.label == "table:combining_with_SSL"
-    assert R.OFFLINE in row.reason and "dac_digits" in row.reason
+    assert R.OFFLINE in row.reason and "dac_mnist" in row.reason
     assert row.number.startswith("FixMatch+DAC 71.24")
     # missing: nothing on disk, no run record
     res = R.collect_job(R.JOB_BY_NAME["kahan_demo"], tmp_path, None)
@@ -237,22 +239,23 @@ def test_markdown_summary_table_sections_and_coverage(tmp_path):
     page = R.build_markdown(results, figs, command="python experiments/report.py",
                             total_s=90.0)
     lines = page.splitlines()
-    head = lines.index("| Ch. | Thesis figure / table | Claim (as checked) | Thesis | Ours | "
-                       "Verdict | Command |")
+    head = lines.index("| Ch. | Thesis figure / table | Data | Claim (as checked) | Thesis | "
+                       "Ours | Verdict | Command |")
     rows = [ln for ln in lines[head + 2:] if ln.startswith("| ")]
     row = next(ln for ln in rows if "DAC \\| within 5%" in ln)
     cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
-    assert cells == ["4", "fig:linear_regression", "DAC \\| within 5%",
+    assert cells == ["4", "fig:linear_regression", R.THESIS_DATA, "DAC \\| within 5%",
                      "(d - d_aug) sigma^2 / N = 0.2, 0.1 at d_aug = 20, 25", "2.5%", "**HELD**",
                      "`python experiments/fig_linear_regression.py --quick`"]
     assert not any("information: x" in ln for ln in rows)       # info rows stay out
     assert "**3 thesis claims checked: 1 HELD, 2 NOT HELD** (quick mode)" in page
     assert ("- 2 claim(s): (fig:linear_regression) order; (fig:misspec_lambda, "
-            "fig:misspec_daug) DAC beats. **Why:** no reason recorded yet") in page
+            "fig:misspec_daug) DAC beats. **Why:** " + R.QUICK_UNINVESTIGATED[:40]) in page
     assert "plus 1 information check(s)" in page
     assert "![fig_linear_regression: fig_linear_regression.png]" \
            "(figures/fig_linear_regression.png)" in page
-    assert "  - why: no reason recorded yet" in page             # NOT HELD without a curated one
+    assert "  - why: " + R.QUICK_UNINVESTIGATED in page   # quick mode: said to be uninvestigated
+    assert f"| {R.THESIS_DATA} | 1 | 2 | " in page          # the headline by data kind
     assert "| sum of the scripts' wall times | 1.5 min (90 s) |" in page
     for label, *_ in R.THESIS_ITEMS:                              # every thesis item is listed
         assert f"| `{label}` |" in page
@@ -322,8 +325,8 @@ def test_run_job_ok_failed_and_timeout(tmp_path):
 
 
 def test_select_jobs_and_argument_errors(capsys):
-    assert [j.name for j in R.select_jobs("train_dac")] == [
-        f"train_dac/{c}" for c in R._TRAIN_DAC_CONFIGS]
+    assert [j.name for j in R.select_jobs("train_dac")] == [     # MNIST and CIFAR-100 jobs
+        f"{d}/{c}" for d in ("dac_mnist", "train_dac") for c in R._TRAIN_DAC_CONFIGS]
     assert [j.name for j in R.select_jobs("kahan_demo.py, fig_misspec")] == [
         "kahan_demo", "fig_misspec"]
     assert len(R.select_jobs(None)) == len(R.JOBS)
@@ -361,6 +364,58 @@ def test_main_from_results_writes_page_and_prunes_figures(tmp_path):
     assert "3.0, 2.0, 1.0 at the start, 1.0, 1.0, 1.0 at the end" in page
     assert len(results) == len(R.JOBS)
     assert R.load_manifest(tmp_path / "nowhere") == {"runs": {}}
+
+
+def test_full_mode_not_held_needs_a_specific_reason(tmp_path):
+    res_dir, docs = tmp_path / "res", tmp_path / "docs"
+    job = R.JOB_BY_NAME["fig_misspec"]
+    doc = {"config": {"quick": False}, "claims": [
+        {"id": "a_beats", "claim": "DAC beats", "held": False, "detail": "4 > 3"}]}
+    _write(res_dir / job.name / "results.json", doc)
+    with pytest.raises(R.ReportError, match="fig_misspec: a_beats"):
+        R.build_page(res_dir, docs, command="x")
+    assert not (docs / "reproduction.md").exists()              # nothing half-written
+    doc["claims"][0].update(reason="DAC 4.1 vs DA-ERM 3.0 at lambda 3.2 (measured)",
+                            wording="ours")
+    _write(res_dir / job.name / "results.json", doc)
+    page, results = R.build_page(res_dir, docs, command="x")
+    (c,) = [c for r in results if r.job.name == "fig_misspec" for c in r.claims]
+    assert c.reason.startswith("DAC 4.1") and c.mode == "full"
+    assert "(ours) DAC beats" in page.read_text()
+
+
+def test_stale_figures_fail_and_sources_are_recorded(tmp_path):
+    res_dir, docs = tmp_path / "res", tmp_path / "docs"
+    job = R.JOB_BY_NAME["fig_linear_regression"]
+    _write(res_dir / job.name / "results.json", {"claims": [
+        {"id": "a_dac", "claim": "x", "held": True}]})
+    png = _png(res_dir / job.name / "fig_linear_regression.png", dpi=50)
+    run = _run(job.name, res_dir, started=time.time() - 60)
+    (res_dir / job.name / R.RUN_RECORD).write_text(json.dumps(run.to_json()))
+    os.utime(png, (time.time() - 3600, time.time() - 3600))     # drawn before the run
+    with pytest.raises(R.ReportError, match="older than their job's latest run"):
+        R.build_page(res_dir, docs, command="x")
+    os.utime(png, None)
+    R.build_page(res_dir, docs, command="x")
+    src = json.loads((docs / "figures" / R.FIGURE_SOURCES).read_text())
+    assert src["fig_linear_regression.png"]["job"] == job.name
+    assert src["fig_linear_regression.png"]["run_started"] == run.started
+    # the run record next to the results wins over an older manifest entry
+    old = run.to_json() | {"started_unix": run.started_unix - 100, "wall_s": 9.0}
+    assert R.latest_run(res_dir, job, {"runs": {job.name: old}}).wall_s == 1.5
+
+
+def test_same_run_claims_are_shown_but_not_counted(tmp_path):
+    job = R.JOB_BY_NAME["adawac_tables"]
+    for table in ("synapse_sample_eff", "synapse_sample_eff_unet"):
+        _write(tmp_path / job.name / table / "summary.json", {"config": {"quick": True},
+               "claims": [{"id": "a_adawac_beats_baseline_full", "held": True}]})
+    res = R.collect_job(job, tmp_path, None)
+    assert sorted(c.verdict for c in res.claims) == [R.HELD, R.SAME_RUN]
+    assert R._counts(res.claims)[R.HELD] == 1
+    page = R.build_markdown([res], {}, command="x", total_s=0.0)
+    assert "**1 thesis claims checked: 1 HELD, 0 NOT HELD**" in page
+    assert f"| {R.STAND_IN} | 1 | 0 | 0 | 0 | 0 | 1 | 1 |" in page
 
 
 # ------------------------------------------------------------------------ the registry
