@@ -455,6 +455,28 @@ class Runner:
 # ============================================================================ figures
 
 
+def _data_desc(source: str) -> str:
+    """The data a figure shows, for its title (phantoms named as synthetic stand-ins)."""
+    if source == "phantom":
+        return "synthetic abdominal phantom (stand-in for Synapse)"
+    if source == "cardiac_phantom":
+        return "synthetic cardiac phantom (stand-in for ACDC)"
+    if source.startswith("synapse"):
+        return f"Synapse CT ({source.split(':', 1)[-1]})"
+    if source.startswith("acdc"):
+        return f"ACDC cine-MRI ({source.split(':', 1)[-1]})"
+    return source
+
+
+def _model_desc(cfg) -> str:
+    """The network a config trains, for titles."""
+    m = cfg.model
+    if m.name == "tiny":
+        return f"tiny CNN (TinySegNet width {m.width}, depth {m.depth})"
+    name = "UNet-ResNet34" if m.name == "unet" else "TransUNet"
+    return name + (" (small)" if m.small else "")
+
+
 def fig_weights(runner: Runner, out: Path) -> dict:
     """Figure 5.3: AdaWAC's CE / beta / consistency heatmaps and claims (a)-(c)."""
     config_name, subset, label = FIGURES["weights"]
@@ -467,8 +489,9 @@ def fig_weights(runner: Runner, out: Path) -> dict:
     stats = separation_stats(res.history, fg, dense1)
     claims = weight_claims(stats)
     cfg = runner.config(config_name)
-    title = (f"AdaWAC ({config_name}{', quick' if runner.args.quick else ''}, eta={cfg.eta:g}) "
-             f"on {source}\n{len(fg)} slices, {len(ds.case_names)} cases, "
+    title = (f"AdaWAC ({_model_desc(cfg)}, eta={cfg.eta:g}"
+             f"{', quick' if runner.args.quick else ''}) on {_data_desc(source)}\n"
+             f"{len(fg)} slices, {len(ds.case_names)} cases, "
              f"{fg.mean():.0%} with foreground")
     plots.weight_heatmaps(res.history, ds.case_index, slice_index=ds.slice_index,
                           foreground=fg, title=title, path=out / "weights.png")
@@ -521,8 +544,8 @@ def fig_overlay(runner: Runner, figure: str, out: Path) -> dict:
                      f"{row['dice_erm']:.2f}")
     test = {m: res.test for m, res in runs.items()}
     da, de = (test[m]["dice"] if test[m] else float("nan") for m in ("adawac", "erm"))
-    title = (f"{label} ({source}, {subset}): test DSC AdaWAC {da:.3f}, ERM {de:.3f}; "
-             f"columns: slice DSC AdaWAC / ERM")
+    title = (f"{label} layout on {_data_desc(source)}, {subset}, {_model_desc(cfg)}\n"
+             f"test DSC AdaWAC {da:.3f}, ERM {de:.3f}; columns: slice DSC AdaWAC / ERM")
     plots.segmentation_overlay(np.stack(images), np.stack(labels),
                                {METHOD_LABELS[m]: np.stack(shown[m]) for m in runs},
                                class_names=data.class_names, layout="columns",

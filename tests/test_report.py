@@ -403,6 +403,12 @@ def test_stale_figures_fail_and_sources_are_recorded(tmp_path):
     src = json.loads((docs / "figures" / R.FIGURE_SOURCES).read_text())
     assert src["fig_linear_regression.png"]["job"] == job.name
     assert src["fig_linear_regression.png"]["run_started"] == run.started
+    # a fresh checkout has no full-size PNGs: the published copy of the same run is kept
+    png.unlink()
+    R.build_page(res_dir, docs, command="x")
+    assert (docs / "figures" / "fig_linear_regression.png").is_file()
+    assert "fig_linear_regression.png" in json.loads(
+        (docs / "figures" / R.FIGURE_SOURCES).read_text())
     # the run record next to the results wins over an older manifest entry
     old = run.to_json() | {"started_unix": run.started_unix - 100, "wall_s": 9.0}
     assert R.latest_run(res_dir, job, {"runs": {job.name: old}}).wall_s == 1.5

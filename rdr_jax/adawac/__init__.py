@@ -14,6 +14,7 @@ from rdr_jax.adawac.losses import (WACAux, consistency, cross_entropy, dice_loss
 from rdr_jax.adawac.metrics import (MetricsSummary, VolumeMetrics, aggregate_metrics,
                                     predict_volume, volume_metrics)
 from rdr_jax.adawac.cardiac_phantom import cardiac_phantom_cases
+from rdr_jax.adawac.mni152 import load_mni152
 from rdr_jax.adawac.phantom import phantom_cases
 from rdr_jax.adawac.transform import (BetaMirrorAscentState, beta_gradient,
                                       beta_mirror_ascent, init_beta)
@@ -23,5 +24,5 @@ __all__ = ["AugmentParams", "TwoViews", "augment", "batch_two_views", "two_views
            "make_subset", "WACAux", "consistency", "cross_entropy", "dice_loss",
            "wac_dice_loss", "wac_objective", "MetricsSummary", "VolumeMetrics",
            "aggregate_metrics", "predict_volume", "volume_metrics", "phantom_cases",
-           "cardiac_phantom_cases",
+           "cardiac_phantom_cases", "load_mni152",
            "BetaMirrorAscentState", "beta_gradient", "beta_mirror_ascent", "init_beta"]
