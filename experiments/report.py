@@ -1464,17 +1464,21 @@ def downsize_png(src: Path, dst: Path, *, dpi: float = 80.0, max_width: int = 12
 
 
 def figure_name(job: Job, png: Path) -> str:
-    """The published name: ``<script>_<stem>.png`` unless the stem already starts with the
-    script name (then ``<stem>.png``); ``train_dac`` / table sub-folders stay distinct.
+    """The published name: the job's name (``/`` -> ``_``) then the PNG's stem without the
+    script's name, so two jobs of one script never share a name.
 
     Example:
         >>> figure_name(JOB_BY_NAME["fig_adawac"], Path("x/weights.png"))
         'fig_adawac_weights.png'
+        >>> figure_name(JOB_BY_NAME["adawac_tables/mni152"], Path("x/ablation.png"))
+        'adawac_tables_mni152_ablation.png'
     """
+    base = job.name.replace("/", "_")
     stem = png.stem
-    if stem.startswith(job.script):
-        return f"{stem}.png"
-    return f"{job.script}_{stem}.png"
+    rest = stem[len(job.script):].lstrip("_") if stem.startswith(job.script) else stem
+    if not rest or base.endswith(rest):
+        return f"{base}.png"
+    return f"{base}_{rest}.png"
 
 
 def publish_figures(results: Sequence[JobResult], fig_dir: Path, *, dpi: float,

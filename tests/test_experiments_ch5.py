@@ -198,7 +198,8 @@ def fast_compile():
     "synapse_sample_eff", "acdc",
     pytest.param("trim", marks=pytest.mark.slow),
     pytest.param("ablation", marks=pytest.mark.slow),
-    pytest.param("synapse_sample_eff_unet", marks=pytest.mark.slow),
+    # synapse_sample_eff_unet trains the same tiny CNN as synapse_sample_eff in quick mode
+    # (only eta differs); its dispatch is checked by test_all_dispatches_to_every_table...
 ])
 def test_table_quick_real_training(tables, tmp_path, name, fast_compile):
     res = tables.main(["--table", name, "--quick", "--steps", "2", "--seeds", "0",
