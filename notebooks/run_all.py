@@ -55,8 +55,10 @@ VERDICT = re.compile(r"^\[(HELD|NOT HELD)\] ", re.MULTILINE)
 # requirements.txt entries that only the tests, docs or lint need (not installed on Colab)
 DEV_ONLY = {"pytest", "pytest-xdist", "nbformat", "nbclient", "ipykernel", "pdoc", "ruff"}
 # requirements.txt entries the notebooks do not need: threadpoolctl only pins the BLAS thread
-# counts of the benchmarks (experiments/bench_*.py), and scikit-learn depends on it anyway
-NOT_FOR_NOTEBOOKS = {"threadpoolctl"}
+# counts of the benchmarks (experiments/bench_*.py), and scikit-learn depends on it anyway;
+# scikit-image (lfw_subset) and nilearn (MNI152) are the real-data substitutes of the
+# reproduction report (experiments/), which no notebook loads
+NOT_FOR_NOTEBOOKS = {"threadpoolctl", "scikit-image", "nilearn"}
 # Colab's accelerator jax: never in the list of requirements to install, pinned as installed
 JAX_CORE = {"jax", "jaxlib"}
 # where the Colab install cell writes the pip constraints pinning Colab's jax

@@ -174,7 +174,7 @@ def mni152_volume(size: int = 64, slice_mm: int = 2) -> MNI152Volume:
 
 def load_mni152(size: int = 64, slice_mm: int = 2) -> SegmentationData:
     """Training slices (two pseudo-cases), a test volume and a validation volume of the MNI152
-    template (module docstring); 3 classes :data:`MNI152_CLASSES`.
+    template (module docstring); 3 classes :data:`rdr_jax.adawac.mni152.MNI152_CLASSES`.
 
     Raises:
         ImportError: nilearn is not installed (the message says ``pip install nilearn``).
