@@ -169,3 +169,17 @@ def ratio_range(tb, ta) -> tuple[float, float, float]:
     """The time ratio ``tb / ta`` of two sets of timed calls: (median ratio, lowest, highest
     over the repeats' ranges)."""
     return (float(np.median(tb) / np.median(ta)), min(tb) / max(ta), max(tb) / min(ta))
+
+
+def data_desc(source: str) -> str:
+    """What a Ch. 5 data source string means, for figure titles and legends (phantoms named
+    as synthetic stand-ins)."""
+    if source == "phantom":
+        return "synthetic abdominal phantom (stand-in for Synapse)"
+    if source == "cardiac_phantom":
+        return "synthetic cardiac phantom (stand-in for ACDC)"
+    if source.startswith("synapse"):
+        return f"Synapse CT ({source.split(':', 1)[-1]})"
+    if source.startswith("acdc"):
+        return f"ACDC cine-MRI ({source.split(':', 1)[-1]})"
+    return source

@@ -143,7 +143,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import env_info, host_threads, ints
+from _common import data_desc, env_info, host_threads, ints
 from train_adawac import load_data
 
 from rdr_jax.adawac import configs as adawac_configs
@@ -568,19 +568,6 @@ def claims_for(name: str, summary: list[dict]) -> dict:
 
 
 # ============================================================================ outputs
-
-
-def data_desc(source: str) -> str:
-    """What a data source string means, for figure titles and legends."""
-    if source == "phantom":
-        return "synthetic abdominal phantom (stand-in for Synapse)"
-    if source == "cardiac_phantom":
-        return "synthetic cardiac phantom (stand-in for ACDC)"
-    if source.startswith("synapse"):
-        return f"Synapse CT ({source.split(':', 1)[-1]})"
-    if source.startswith("acdc"):
-        return f"ACDC cine-MRI ({source.split(':', 1)[-1]})"
-    return source
 
 
 def plot_table(path: Path, name: str, summary: list[dict], source: str, quick: bool,

