@@ -12,6 +12,8 @@ adjoint ``H``, ``todense()``, ``apply_sketch(S) = S A`` and the methods of
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
 import warnings
 from typing import Any, Callable, ClassVar
 
@@ -437,13 +439,31 @@ class SparseOperator(LinearOperator):
 # --------------------------------------------------------------------------------------
 # Implicit (user matmat / rmatmat)
 # --------------------------------------------------------------------------------------
-@pytree_dataclass(meta=("matmat_fn", "rmatmat_fn", "rows_fn", "cols_fn", "shape", "dtype_"))
+def _split_callable(f):
+    """``(dynamic, static)`` halves of a callable: a pytree callable whose leaves are all JAX
+    values (``jax.tree_util.Partial(f, A)``, a registered operator class) is dynamic, so its
+    arrays are arguments of the compiled program; anything else (a plain function, a closure,
+    a ``functools.partial``) is static, hashed by identity, and its data are constants."""
+    if f is None or jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(f)):
+        return None, f
+    if all(isinstance(x, (jax.Array, np.ndarray, np.generic, bool, int, float, complex))
+           for x in jax.tree_util.tree_leaves(f)):
+        return f, None
+    return None, f
+
+
+_FN_FIELDS = ("matmat_fn", "rmatmat_fn", "rows_fn", "cols_fn")
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
 class ImplicitOperator(LinearOperator):
     """A matrix known through ``matmat(X) = A X`` and ``rmatmat(Y) = A^H Y``.
 
     Optional ``rows_fn(I)``/``cols_fn(J)`` gather rows/columns (otherwise one product with a
-    one-hot block). The callables are static, hashed by identity: reuse the same objects to
-    avoid recompiling. Build with :func:`implicit_operator`.
+    one-hot block). A callable that is a pytree (``jax.tree_util.Partial(f, data)``) is a
+    pytree child, so its data are traced arguments under jit; other callables are static,
+    hashed by identity (reuse the same objects to avoid recompiling). Build with
+    :func:`implicit_operator`.
     """
 
     matmat_fn: Callable
@@ -477,14 +497,121 @@ class ImplicitOperator(LinearOperator):
                                 (self.shape[1], self.shape[0]), self.dtype_)
 
 
+def _flatten_implicit(op):
+    halves = [_split_callable(getattr(op, f)) for f in _FN_FIELDS]
+    return tuple(d for d, _ in halves), (tuple(s for _, s in halves), op.shape, op.dtype_)
+
+
+def _unflatten_implicit(aux, children):
+    static, shape, dtype_ = aux
+    return ImplicitOperator(*(s if s is not None else d for d, s in zip(children, static)),
+                            shape, dtype_)
+
+
+jax.tree_util.register_pytree_node(ImplicitOperator, _flatten_implicit, _unflatten_implicit)
+
+
 @dataclasses.dataclass(frozen=True)
 class _AdjointGather:
-    """rows of A^H = conj(cols of A)^T (hashable so the adjoint stays a static pytree)."""
+    """rows of A^H = conj(cols of A)^T; a pytree with the same static/dynamic split as the
+    callable it wraps."""
 
     fn: Callable
 
     def __call__(self, idx):
         return self.fn(idx).conj().T
+
+
+jax.tree_util.register_pytree_node(
+    _AdjointGather,
+    lambda g: ((lambda d, s: ((d,), s))(*_split_callable(g.fn))),
+    lambda s, children: _AdjointGather(s if s is not None else children[0]))
+
+
+#: a captured array of at least this many elements becomes a large constant of every
+#: compiled program that applies the operator (XLA then spends seconds folding it)
+_BIG_CAPTURE = 100_000
+#: the captured-array warning has been shown in this process
+_capture_warned = False
+#: callables of these packages are not searched for captured arrays
+_LIBRARY_MODULES = ("jax", "jaxlib", "numpy", "scipy", "rdr_jax")
+
+
+def _cells(f) -> list:
+    out = []
+    for c in f.__closure__ or ():
+        try:
+            out.append(c.cell_contents)
+        except ValueError:                   # an empty cell (a name not yet assigned)
+            pass
+    return out
+
+
+def _is_library(obj) -> bool:
+    return (getattr(obj, "__module__", None) or "").split(".")[0] in _LIBRARY_MODULES
+
+
+def _captured_arrays(f, depth: int = 0, seen: set | None = None):
+    """Concrete jax/numpy arrays a callable carries outside its arguments: closure cells,
+    the module globals it names, ``functools.partial`` arguments, a bound method's object
+    and the attributes of such objects, following user functions two levels deep. The
+    leaves of a pytree callable (``Partial``) are arguments, not captures; tracers are
+    lifted into arguments too."""
+    seen = set() if seen is None else seen
+    if id(f) in seen or depth > 2:
+        return
+    seen.add(id(f))
+    if _split_callable(f)[0] is not None:    # a pytree callable: only its function captures
+        objs = [getattr(f, "func", None)]
+    elif isinstance(f, functools.partial):
+        objs = [f.func, *f.args, *f.keywords.values()]
+    elif isinstance(f, types.MethodType):
+        objs = [f.__self__, f.__func__]
+    elif isinstance(f, types.FunctionType):
+        g = f.__globals__
+        objs = _cells(f) + [g[n] for n in f.__code__.co_names if n in g]
+    else:                                    # an object with __call__: its attributes
+        objs = list(getattr(f, "__dict__", {}).values())
+    for obj in objs:
+        if isinstance(obj, (types.FunctionType, types.MethodType, functools.partial)):
+            if not _is_library(obj):
+                yield from _captured_arrays(obj, depth + 1, seen)
+            continue
+        if obj is None or isinstance(obj, (types.ModuleType, type)) or _is_library(obj) and (
+                not isinstance(obj, (jax.Array, np.ndarray, LinearOperator))):
+            continue
+        for leaf in jax.tree_util.tree_leaves(obj):
+            if isinstance(leaf, (jax.Array, np.ndarray)):
+                if not isinstance(leaf, jax.core.Tracer):
+                    yield leaf
+            elif hasattr(leaf, "__dict__") and not _is_library(leaf) and depth < 2:
+                yield from _captured_arrays(leaf, depth + 1, seen)   # e.g. self.A
+
+
+def _warn_big_captures(fns: dict) -> None:
+    """Warn once per process when a callable of a user's implicit operator captures a large
+    array (a closure, a global, a functools.partial argument): under jit it becomes a
+    compile-time constant. Calls from inside rdr_jax are not checked."""
+    global _capture_warned
+    level = V.user_stacklevel()
+    if _capture_warned or level != 3:        # 3: the user called implicit_operator
+        return
+    for name, f in fns.items():
+        if f is None:
+            continue
+        big = next((a for a in _captured_arrays(f) if a.size >= _BIG_CAPTURE), None)
+        if big is None:
+            continue
+        _capture_warned = True
+        warnings.warn(
+            f"{name} captures a {np.dtype(big.dtype).name} array of shape {tuple(big.shape)} "
+            "(closure, global or functools.partial argument): under jit it becomes a constant "
+            "of the compiled program (slow compiles, XLA 'Constant folding' messages). Pass "
+            "the data as pytree leaves instead: "
+            "jax.tree_util.Partial(lambda A, X: A @ X, A), whose arguments are traced like "
+            "any input (docs/your-own-matrix.md). Shown once per process.",
+            UserWarning, stacklevel=level)
+        return
 
 
 def _probe(f, shape, dtype):
@@ -507,6 +634,11 @@ def implicit_operator(matmat: Callable, rmatmat: Callable, shape: tuple[int, int
                       cols: Callable | None = None) -> ImplicitOperator:
     """Wrap jax-traceable callables as an operator, checking their output shapes and dtypes.
 
+    Pass the matrix's data as pytree leaves, ``jax.tree_util.Partial(lambda A, X: A @ X,
+    A)``, not as a closure: a Partial's arguments are traced like any input, while a
+    closed-over array becomes a constant of every compiled program (slow compiles; warned
+    once per process above 10^5 elements).
+
     Args:
       matmat: ``X (n, b) -> A X (m, b)``.
       rmatmat: ``Y (m, b) -> A^H Y (n, b)``.
@@ -523,6 +655,11 @@ def implicit_operator(matmat: Callable, rmatmat: Callable, shape: tuple[int, int
       ValueError: a callable fails or returns the wrong shape.
       TypeError: a callable returns another dtype than ``dtype`` (e.g. complex output for a
         real ``dtype``), or a non-callable argument.
+
+    Example:
+      >>> from jax.tree_util import Partial
+      >>> op = implicit_operator(Partial(lambda A, X: A @ X, A),
+      ...                        Partial(lambda A, Y: A.T @ Y, A), A.shape)
     """
     for name, f in (("matmat", matmat), ("rmatmat", rmatmat)):
         if not callable(f):
@@ -556,13 +693,40 @@ def implicit_operator(matmat: Callable, rmatmat: Callable, shape: tuple[int, int
                 f"{name} returns {got} for an input of dtype {arg.dtype}, but the operator's "
                 f"dtype is {dt}: pass dtype={got.name} (or leave dtype out to infer it) or "
                 f"make {name} return {dt}")
+    _warn_big_captures({"matmat": matmat, "rmatmat": rmatmat, "rows": rows, "cols": cols})
     return ImplicitOperator(matmat, rmatmat, rows, cols, (m, n), dt.name)
+
+
+def _to_words(X):
+    """A 64-bit (complex) array as uint32 words, shape ``X.shape + (parts, 2)`` (exact)."""
+    parts = jnp.stack([X.real, X.imag], -1) if jnp.iscomplexobj(X) else X[..., None]
+    return jax.lax.bitcast_convert_type(parts, jnp.uint32)
+
+
+def _from_words(W, dt: np.dtype):
+    """Inverse of :func:`_to_words` (jax or numpy)."""
+    if isinstance(W, np.ndarray):
+        Y = np.ascontiguousarray(W).view(V.real_dtype(dt))[..., 0]
+        return Y[..., 0] + 1j * Y[..., 1] if dt.kind == "c" else Y[..., 0]
+    Y = jax.lax.bitcast_convert_type(W, V.real_dtype(dt))
+    return jax.lax.complex(Y[..., 0], Y[..., 1]) if dt.kind == "c" else Y[..., 0]
+
+
+def _np_words(Y: np.ndarray) -> np.ndarray:
+    """:func:`_to_words` on the host."""
+    parts = np.stack([Y.real, Y.imag], -1) if Y.dtype.kind == "c" else Y[..., None]
+    return np.ascontiguousarray(parts).view(np.uint32).reshape(parts.shape + (2,))
 
 
 @dataclasses.dataclass(frozen=True)
 class _HostProduct:
     """``A X`` or ``A^H X`` of a scipy ``LinearOperator``, run on the host by
-    ``jax.pure_callback`` (works under jit and vmap; not differentiable)."""
+    ``jax.pure_callback`` (works under jit and vmap; not differentiable).
+
+    64-bit operands and results travel as uint32 words (exact): the callback machinery
+    places the inputs and checks the result in the thread that runs the callback, where a
+    thread-local ``jax.enable_x64(True)`` is not in effect, so float64 inputs would arrive
+    rounded to float32 and float64 results be refused."""
 
     op: Any
     adjoint: bool
@@ -571,9 +735,53 @@ class _HostProduct:
     def __call__(self, X):
         f = self.op.rmatmat if self.adjoint else self.op.matmat
         dt = np.dtype(jnp.result_type(self.dtype, X.dtype))
-        out = jax.ShapeDtypeStruct((self.op.shape[1 if self.adjoint else 0], X.shape[1]), dt)
-        return jax.pure_callback(lambda x: np.asarray(f(np.asarray(x)), dt), out, X,
-                                 vmap_method="sequential")
+        shape = (self.op.shape[1 if self.adjoint else 0], X.shape[1])
+        if V.real_dtype(dt).itemsize < 8:
+            return jax.pure_callback(lambda x: np.asarray(f(np.asarray(x)), dt),
+                                     jax.ShapeDtypeStruct(shape, dt), X,
+                                     vmap_method="sequential")
+        parts = 2 if dt.kind == "c" else 1
+        W = jax.pure_callback(
+            lambda w: _np_words(np.asarray(f(_from_words(np.asarray(w), dt)), dt)),
+            jax.ShapeDtypeStruct(shape + (parts, 2), np.uint32), _to_words(X.astype(dt)),
+            vmap_method="sequential")
+        return _from_words(W, dt)
+
+
+def _check_scipy_products(A, name: str, dt: np.dtype) -> None:
+    """Refuse, before any jit, a scipy ``LinearOperator`` whose ``A X`` or ``A^H Y`` fails.
+
+    scipy has no public way to ask whether an operator has an adjoint: ``LinearOperator(shape,
+    matvec)`` stores the missing ``rmatvec`` as None in a private attribute and fails only
+    when called ("'NoneType' object is not callable" through its adjoint, NotImplementedError
+    in a subclass without ``_rmatvec``), and sums, products, ``.H``/``.T`` and subclasses
+    delegate at call time. So each product is applied once to a zero column, through the
+    same public ``matmat``/``rmatmat`` the host callback uses: two products of one vector,
+    next to the 2 l of any decomposition, and correct whatever scipy's internals.
+    """
+    m, n = A.shape
+    for prod, size, want, what in (("matmat", n, m, "A X"), ("rmatmat", m, n, "A^H Y")):
+        try:
+            out = getattr(A, prod)(np.zeros((size, 1), dt))
+        except Exception as e:
+            missing = isinstance(e, NotImplementedError) or (
+                isinstance(e, TypeError) and "'NoneType' object is not callable" in str(e))
+            err = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            if not missing:
+                raise ValueError(f"{name}.{prod} (the scipy LinearOperator's {what}) failed "
+                                 f"on a zero block of shape {(size, 1)}: {err}") from e
+            vec = "rmatvec/rmatmat" if prod == "rmatmat" else "matvec/matmat"
+            raise TypeError(
+                f"{name} is a scipy LinearOperator without the product {what} (no {vec}: "
+                f"{name}.{prod} raised {err}). Every rdr_jax decomposition needs both A X "
+                "and A^H Y (sketching from the left uses A^H): build it as "
+                "LinearOperator(shape, matvec=..., rmatvec=...) (or rmatmat=...), or wrap "
+                "jax-traceable products with rdr_jax.implicit_operator(matmat, rmatmat, "
+                "shape)") from None
+        if np.shape(out) != (want, 1):
+            raise ValueError(f"{name}.{prod} returned shape {np.shape(out)} for an input of "
+                             f"shape {(size, 1)}; expected {(want, 1)} for an operator of "
+                             f"shape {(m, n)}")
 
 
 def _from_scipy_operator(A, name: str) -> LinearOperator:
@@ -586,6 +794,7 @@ def _from_scipy_operator(A, name: str) -> LinearOperator:
     m = V.check_int(f"{name}.shape[0]", A.shape[0], low=1)
     n = V.check_int(f"{name}.shape[1]", A.shape[1], low=1)
     dt = _float_dtype(name, np.dtype(A.dtype if A.dtype is not None else np.float64)).name
+    _check_scipy_products(A, name, np.dtype(dt))
     return ImplicitOperator(_HostProduct(A, False, dt), _HostProduct(A, True, dt), None, None,
                             (m, n), dt)
 
@@ -686,8 +895,11 @@ def as_operator(A: Any, *, name: str = "A") -> LinearOperator:
       A pytree :class:`LinearOperator`.
 
     Raises:
-      TypeError: an unsupported type or dtype. ValueError: not 2-D, empty, or NaN/Inf in
-        host data (jax arrays are checked through the results, not scanned).
+      TypeError: an unsupported type or dtype; a bare function (wrap it with
+        :func:`implicit_operator`); a scipy ``LinearOperator`` without ``rmatvec``/``rmatmat``
+        (every decomposition needs ``A^H Y``). ValueError: not 2-D, empty, NaN/Inf in host
+        data (jax arrays are checked through the results, not scanned), or a scipy product
+        that fails on a zero column.
     """
     if isinstance(A, LinearOperator):
         return A
@@ -719,6 +931,15 @@ def as_operator(A: Any, *, name: str = "A") -> LinearOperator:
         if arr.dtype != dt:
             arr = arr.astype(dt)
         return DenseOperator(jnp.asarray(distributed.auto_axes(arr)))
+    if callable(A):
+        what = getattr(A, "__name__", None) or type(A).__name__
+        fn = what if isinstance(A, types.FunctionType) and what.isidentifier() else "matmat"
+        raise TypeError(
+            f"{name} is a callable ({what}), not a matrix. rdr_jax needs both products A @ X "
+            f"and A^H @ Y (sketching from the left uses A^H): pass {name}="
+            f"rdr_jax.implicit_operator({fn}, {fn}_adjoint, (m, n)), where {fn}(X) = A @ X for "
+            f"X of shape (n, b) and {fn}_adjoint(Y) = A^H @ Y for Y of shape (m, b) "
+            "(docs/your-own-matrix.md)")
     raise TypeError(f"{name} must be an array, scipy.sparse matrix, BCOO or LinearOperator; "
                     f"got {type(A).__name__}")
 
