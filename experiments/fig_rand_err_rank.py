@@ -357,7 +357,7 @@ def cur_errors(A, op, Ah, normF2: float, Qc, M, Qr, dense_error_limit: int) -> d
         s = scipy.sparse.linalg.svds(E, k=1, tol=1e-12, v0=v0, return_singular_vectors=False)
         fro = math.sqrt(max(normF2 - float(np.sum(M ** 2)), 0.0))
         return {"fro": fro, "spec": float(s[0]), "exact": "F: Pythagoras, 2: Lanczos"}
-    e = R.lowrank_error(A, (Qc, M, Qr))
+    e = R.lowrank_error(A, (Qc, M, Qr), spectral=True)
     return {"fro": e.fro, "spec": e.spectral, "exact": bool(e.exact)}
 
 

@@ -82,7 +82,7 @@ def id_errors(A, J) -> R.LowRankError:
     C = np.asarray(A)[:, np.asarray(J)]
     Q, _ = np.linalg.qr(C)
     AtQ = np.asarray(A).T @ Q
-    return R.lowrank_error(A, (jnp.asarray(Q), None, jnp.asarray(AtQ)))
+    return R.lowrank_error(A, (jnp.asarray(Q), None, jnp.asarray(AtQ)), spectral=True)
 
 
 @partial(jax.jit, static_argnames=("k", "method"))

@@ -6,7 +6,8 @@ These functions measure the algorithms of :mod:`rdr_jax.id_cur.decompositions` a
 NamedTuples and are meant for experiments, tests and reports, not for use inside ``jit``.
 
 * :func:`lowrank_error` -- ``||A - A_hat||_F`` and ``||A - A_hat||_2`` for a low-rank
-  ``A_hat = F G H^H`` (exact for dense, small sparse and factored A; estimated otherwise).
+  ``A_hat = F G H^H`` (exact for dense, small sparse and factored A; estimated otherwise;
+  ``spectral=False`` skips the SVD a dense spectral norm needs).
 * :func:`eta_bound` -- the bound of thesis Theorem 2.1,
   ``||A - C C^+ A|| <= eta ||A - A W^+ W||``, in both norms (a check of the theorem; the
   a posteriori bound of an approximation is :func:`rdr_jax.error_bound`).
@@ -16,7 +17,7 @@ NamedTuples and are meant for experiments, tests and reports, not for use inside
 from __future__ import annotations
 
 import warnings
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -35,8 +36,10 @@ __all__ = ["LowRankError", "EtaBound", "lowrank_error", "eta_bound",
 
 
 class LowRankError(NamedTuple):
-    """``fro = ||A - A_hat||_F``, ``spectral = ||A - A_hat||_2``, ``relative_fro = fro /
-    ||A||_F`` and whether the values are exact (``False``: randomized estimates)."""
+    """``fro = ||A - A_hat||_F``, ``spectral = ||A - A_hat||_2`` (NaN when not computed:
+    ``lowrank_error(..., spectral=False)``, or a large dense residual by default),
+    ``relative_fro = fro / ||A||_F`` and whether the values are exact (``False``: randomized
+    estimates)."""
 
     fro: float
     spectral: float
@@ -143,54 +146,81 @@ def _num_matvecs_kwarg(args, kwargs, old):
     return args, DEP.renamed_kwargs(kwargs | old, {"num_matvecs": "num_vectors"}, "lowrank_error")
 
 
+#: the exact spectral norm of a dense residual needs its float64 SVD, whose cost grows as
+#: ``m n min(m, n)``; by default (``spectral=None``) it is computed up to this much work: a
+#: 2000 x 1000 residual (0.6 s on one core of the project's CPU machine); 4000 x 2000 does 8x
+#: the work (5-20 s there), 6000 x 4000 about 40x (measurements: docs/performance.md)
+SPECTRAL_WORK_LIMIT = 1 << 31
+#: rows of the float64 residual formed at a time for the Frobenius norm alone (about 8 MB)
+_BLOCK_ENTRIES = 1 << 20
+
+
+def _check_spectral(spectral) -> Optional[bool]:
+    if spectral is None or isinstance(spectral, (bool, np.bool_)):
+        return None if spectral is None else bool(spectral)
+    raise TypeError("spectral must be None (exact ||A - A_hat||_2 when cheap), True (always) "
+                    f"or False (Frobenius only); got {type(spectral).__name__} {spectral!r}")
+
+
+def _want_spectral(spectral: Optional[bool], m: int, n: int) -> bool:
+    return spectral if spectral is not None else m * n * min(m, n) <= SPECTRAL_WORK_LIMIT
+
+
+def _relative(fro: float, a: float) -> float:
+    return fro / a if a > 0 else (0.0 if fro == 0 else np.inf)
+
+
 @DEP.with_deprecated_kwargs(_num_matvecs_kwarg)
-def lowrank_error(A: Any, approx, *, key=None, dense_limit: int = 1 << 26,
-                  num_vectors: int = 40) -> LowRankError:
+def lowrank_error(A: Any, approx, *, key=None, spectral: Optional[bool] = None,
+                  dense_limit: int = 1 << 26, num_vectors: int = 40) -> LowRankError:
     """``||A - A_hat||_F`` and ``||A - A_hat||_2`` for a low-rank ``A_hat = F G H^H``
     (host-side diagnostic, float64).
 
     ``approx`` is an ID/CUR result (anything with ``.factors()``), an
     :class:`rdr_jax.randomized_svd.RSVD`, or a tuple ``(F, G, H)`` (G may be None).
     Exact for dense inputs and for sparse inputs with ``m n <= dense_limit`` (densified,
-    float64 SVD), and for factored inputs ``A = L diag(d) R^H`` when
+    float64), and for factored inputs ``A = L diag(d) R^H`` when
     ``range(F) in range(L)``, ``range(H) in range(R)`` (true for anything built from A's rows,
     columns and products): then ``A - A_hat = Q_L (K - c_F G c_H^H) Q_R^H`` with an r x r
     core. Otherwise estimated with ``key`` (Hutch++ and the power method,
     :mod:`rdr_jax.norms`).
 
+    The Frobenius norm of a dense residual needs no SVD (it is summed block by block); the
+    exact spectral norm needs a float64 SVD of the whole m x n residual (seconds to minutes
+    beyond a few million entries), hence ``spectral``:
+
+    * ``None`` (default): the spectral norm when it is cheap: dense residuals with
+      ``m n min(m, n) <= SPECTRAL_WORK_LIMIT`` (``2**31``, e.g. 2000 x 1000), factored
+      inputs (an r x r core) and randomized estimates; ``spectral`` is NaN otherwise.
+    * ``True``: always (a dense SVD of any size).
+    * ``False``: the Frobenius norm only; ``spectral`` is NaN.
+
     Raises:
       ValueError: factors whose shapes do not fit A ("not an approximation of this A"), or
         an operator too large to densify without ``key``.
+      TypeError: ``spectral`` not None or a bool.
 
     Warns:
       RuntimeWarning: when ``||A - A_hat||_F > ||A||_F`` (no better than zero: most likely
         an approximation of another matrix).
 
     Returns:
-      :class:`LowRankError` ``(fro, spec, relative_fro, exact)``: Python floats computed in
-      float64 on the host; inside the caller's jit/vmap (traced inputs) jax scalars computed
-      in the working precision (no warning there).
+      :class:`LowRankError` ``(fro, spectral, relative_fro, exact)``: Python floats computed
+      in float64 on the host; inside the caller's jit/vmap (traced inputs) jax scalars
+      computed in the working precision (no warning there).
     """
+    spectral = _check_spectral(spectral)
     op = as_operator(A)
     F, G, H = low_rank_factors(approx, op.shape)
     if _traced(op, F, G, H):
-        return _traced_error(op, F, G, H, key, dense_limit, num_vectors)
+        return _traced_error(op, F, G, H, key, spectral, dense_limit, num_vectors)
     if isinstance(op, FactoredOperator):
-        out = _factored_error(op, F, G, H)
+        out = _factored_error(op, F, G, H, spectral)
         if out is not None:
             return _check_relative(out, "lowrank_error")
     m, n = op.shape
     if op.dense or (m * n <= dense_limit and not isinstance(op, FactoredOperator)):
-        wide = _wide(op.dtype)
-        Ad = _dense64(op)
-        Ah = np.asarray(F, wide)
-        if G is not None:
-            Ah = Ah @ np.asarray(G, wide)
-        s = np.linalg.svd(Ad - Ah @ np.asarray(H, wide).conj().T, compute_uv=False)
-        fro = float(np.sqrt(np.sum(s ** 2)))
-        a = float(np.linalg.norm(Ad))
-        return _check_relative(LowRankError(fro, float(s[0]), fro / a if a > 0 else
-                                            (0.0 if fro == 0 else np.inf), True),
+        return _check_relative(_dense_error(op, F, G, H, _want_spectral(spectral, m, n)),
                                "lowrank_error")
     if key is None:
         raise ValueError("A is too large to densify and not factored: pass key= for a "
@@ -207,8 +237,34 @@ def lowrank_error(A: Any, approx, *, key=None, dense_limit: int = 1 << 26,
     k1, k2, k3 = jax.random.split(V.check_key(key), 3)
     fro = float(norms.frobenius_norm(k1, E, num_vectors=num_vectors))
     a = float(norms.frobenius_norm(k3, op, num_vectors=num_vectors))
-    return _check_relative(LowRankError(fro, float(norms.spectral_norm(k2, E)),
-                                        fro / a if a > 0 else np.inf, False), "lowrank_error")
+    spec = float(norms.spectral_norm(k2, E)) if spectral is not False else np.nan
+    return _check_relative(LowRankError(fro, spec, fro / a if a > 0 else np.inf, False),
+                           "lowrank_error")
+
+
+def _dense_error(op: LinearOperator, F, G, H, spectral: bool) -> LowRankError:
+    """The exact errors of a densified A in float64: the whole residual and its SVD for the
+    spectral norm, else the Frobenius norms summed over row blocks (no m x n float64 copy)."""
+    wide = _wide(op.dtype)
+    A = np.asarray(op.todense()) if op.dense else op.to_numpy()   # dense: a view, no copy
+    Fh = np.asarray(F, wide)
+    if G is not None:
+        Fh = Fh @ np.asarray(G, wide)
+    Hh = np.asarray(H, wide).conj().T
+    m, n = A.shape
+    if spectral:
+        A64 = A.astype(wide)
+        s = np.linalg.svd(A64 - Fh @ Hh, compute_uv=False)
+        fro = float(np.sqrt(np.sum(s ** 2)))
+        return LowRankError(fro, float(s[0]) if s.size else 0.0,
+                            _relative(fro, float(np.linalg.norm(A64))), True)
+    rows = max(1, _BLOCK_ENTRIES // max(n, 1))
+    fro = a = 0.0
+    for i in range(0, m, rows):
+        block = A[i:i + rows].astype(wide)
+        a = float(np.hypot(a, np.linalg.norm(block)))
+        fro = float(np.hypot(fro, np.linalg.norm(block - Fh[i:i + rows] @ Hh)))
+    return LowRankError(fro, np.nan, _relative(fro, a), True)
 
 
 def _traced(*trees) -> bool:
@@ -220,7 +276,7 @@ def _scaled_fro(E):
     return s * jnp.linalg.norm(E / jnp.where(s > 0, s, 1.0))
 
 
-def _traced_error(op, F, G, H, key, dense_limit, num_vectors) -> LowRankError:
+def _traced_error(op, F, G, H, key, spectral, dense_limit, num_vectors) -> LowRankError:
     """``lowrank_error`` inside the caller's jit/vmap: the same quantities as jax scalars in
     the working precision (dense for ``m n <= dense_limit``, else randomized with ``key``)."""
     m, n = op.shape
@@ -229,8 +285,12 @@ def _traced_error(op, F, G, H, key, dense_limit, num_vectors) -> LowRankError:
         Ad = op.todense()
         E = Ad - L.mm(Ah, H.conj().T)
         fro = _scaled_fro(E)
-        spec = jnp.linalg.norm(E / jnp.maximum(jnp.max(jnp.abs(E)), jnp.finfo(E.dtype).tiny),
-                               2) * jnp.max(jnp.abs(E))
+        if _want_spectral(spectral, m, n):
+            spec = jnp.linalg.norm(E / jnp.maximum(jnp.max(jnp.abs(E)),
+                                                   jnp.finfo(E.dtype).tiny), 2) * jnp.max(
+                                                       jnp.abs(E))
+        else:
+            spec = jnp.full((), jnp.nan, fro.dtype)
         a = _scaled_fro(Ad)
         return LowRankError(fro, spec, fro / a, True)
     if key is None:
@@ -240,7 +300,9 @@ def _traced_error(op, F, G, H, key, dense_limit, num_vectors) -> LowRankError:
                           op.shape, op.dtype)
     k1, k2, k3 = jax.random.split(V.check_key(key), 3)
     fro = norms.frobenius_norm(k1, E, num_vectors=num_vectors)
-    return LowRankError(fro, norms.spectral_norm(k2, E),
+    spec = (norms.spectral_norm(k2, E) if spectral is not False
+            else jnp.full((), jnp.nan, fro.dtype))
+    return LowRankError(fro, spec,
                         fro / norms.frobenius_norm(k3, op, num_vectors=num_vectors), False)
 
 
@@ -252,7 +314,7 @@ def _factor_coords(Fop: LinearOperator, X: np.ndarray):
     return M, c
 
 
-def _factored_error(op: FactoredOperator, F, G, H):
+def _factored_error(op: FactoredOperator, F, G, H, spectral: Optional[bool] = None):
     wide = _wide(op.dtype)
     F = np.asarray(F, wide)
     H = np.asarray(H, wide)
@@ -269,11 +331,11 @@ def _factored_error(op: FactoredOperator, F, G, H):
             return None
     K = (ML * np.asarray(op.d, wide)[None, :]) @ MR.conj().T
     Gm = np.eye(F.shape[1]) if G is None else np.asarray(G, wide)
-    s = np.linalg.svd(K - cF @ Gm @ cH.conj().T, compute_uv=False)
-    fro = float(np.sqrt(np.sum(s ** 2)))
-    a = float(np.linalg.norm(K))
-    return LowRankError(fro, float(s[0]), fro / a if a > 0 else (0.0 if fro == 0 else np.inf),
-                        True)
+    E = K - cF @ Gm @ cH.conj().T          # r x r: its SVD is cheap
+    fro = float(np.linalg.norm(E))
+    spec = float(np.linalg.norm(E, 2)) if spectral is not False and E.size else (
+        0.0 if spectral is not False else np.nan)
+    return LowRankError(fro, spec, _relative(fro, float(np.linalg.norm(K))), True)
 
 
 def eta_bound(A: Any, selection, *, key=None) -> EtaBound:
@@ -308,7 +370,7 @@ def eta_bound(A: Any, selection, *, key=None) -> EtaBound:
         # inside the caller's jit/vmap: the bound as jax scalars; the structural checks and
         # the violation check need concrete values and are skipped
         Q = jnp.linalg.qr(W.conj().T, mode="reduced")[0]
-        r = lowrank_error(op, (op.matmat(Q), None, Q), key=key)
+        r = lowrank_error(op, (op.matmat(Q), None, Q), key=key, spectral=True)
         eta = jnp.asarray(selection.eta)
         return EtaBound(eta * r.fro, eta * r.spectral, eta, r.fro, r.spectral)
     cols = np.asarray(selection.cols)
@@ -326,12 +388,12 @@ def eta_bound(A: Any, selection, *, key=None) -> EtaBound:
         raise ValueError(f"selection.eta = {eta:.6g} is not ||W||_2 = {norm_w:.6g}: not the "
                          "certificate of this interpolation matrix")
     Q = jnp.linalg.qr(W.conj().T, mode="reduced")[0]
-    r = lowrank_error(op, (op.matmat(Q), None, Q), key=key)
+    r = lowrank_error(op, (op.matmat(Q), None, Q), key=key, spectral=True)   # both norms
     cert = EtaBound(eta * r.fro, eta * r.spectral, eta, r.fro, r.spectral)
     if op.explicit and m * n <= 1 << 26:
         C = op.cols(jnp.asarray(cols))
         Qc = jnp.linalg.qr(C, mode="reduced")[0]
-        true = lowrank_error(op, (Qc, None, op.rmatmat(Qc)), key=key)
+        true = lowrank_error(op, (Qc, None, op.rmatmat(Qc)), key=key, spectral=False)
         if true.fro > cert.fro * (1 + 1e-4) + 1e-12 * np.linalg.norm(_dense64(op)):
             raise ValueError(
                 f"certificate violated: ||A - C C^+ A||_F = {true.fro:.4g} > bound "
