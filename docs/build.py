@@ -100,8 +100,19 @@ LANDING: dict[str, dict] = {
               "angles.unbiased_estimate", "angles.angle_report", "angles.plan_budget"]),
             ("Data augmentation consistency (Chapter 4)",
              ["dac.fit_dac", "dac.fit_da_erm", "dac.label_invariant_theory"]),
-            ("AdaWAC (Chapter 5)",
-             ["adawac.beta_mirror_ascent", "adawac.beta_gradient", "adawac.wac_dice_loss"]),
+            ("AdaWAC (Chapter 5): the sample weights beta and the losses",
+             ["adawac.init_beta", "adawac.beta_gradient", "adawac.beta_mirror_ascent",
+              "adawac.BetaMirrorAscentState", "adawac.cross_entropy", "adawac.consistency",
+              "adawac.dice_loss", "adawac.wac_objective", "adawac.wac_dice_loss",
+              "adawac.WACAux"]),
+            ("AdaWAC: data, augmentation and metrics",
+             ["adawac.load_synapse", "adawac.load_acdc", "adawac.load_mni152",
+              "adawac.phantom_cases", "adawac.cardiac_phantom_cases", "adawac.make_subset",
+              "adawac.SegmentationData", "adawac.SliceDataset", "adawac.VolumeDataset",
+              "adawac.two_views", "adawac.batch_two_views", "adawac.augment",
+              "adawac.AugmentParams", "adawac.TwoViews", "adawac.predict_volume",
+              "adawac.volume_metrics", "adawac.aggregate_metrics", "adawac.VolumeMetrics",
+              "adawac.MetricsSummary"]),
             ("Inputs: matrices and operators",
              ["as_operator", "implicit_operator", "factored_operator"]),
         ],
@@ -478,8 +489,38 @@ def _summary(docstring: str) -> str:
 
     first = " ".join(docstring.strip().split("\n\n")[0].split())
     text = html.escape(first, quote=False)
-    text = re.sub(r"(?::[a-z]+:)?``?([^`]+?)``?", r"<code>\1</code>", text)
+    text = re.sub(r"(?::[a-z]+:)?``?~?([^`]+?)``?", r"<code>\1</code>", text)   # "~a.b": a.b
     return text
+
+
+#: words after which a period does not end a sentence
+_ABBREVIATIONS = ("e.g", "i.e", "cf", "vs", "etc", "Ch", "Chs", "Sec", "Eq", "Eqs", "Fig", "Thm",
+                  "Alg", "Prop", "Def", "No")
+
+
+def _first_sentence(summary: str) -> str:
+    """The first sentence of a summary (HTML from :func:`_summary`), without its final
+    period: it ends at the first ``". "`` outside parentheses and inline code that does not
+    follow an abbreviation (``Ch.``, ``Eq.``, ``e.g.``), so "(thesis Ch. 5, Eq. (5.6))" is
+    kept whole."""
+    depth, in_code, i = 0, False, 0
+    while i < len(summary):
+        if summary.startswith("<code>", i) or summary.startswith("</code>", i):
+            in_code = summary[i + 1] != "/"
+            i = summary.index(">", i) + 1
+            continue
+        c = summary[i]
+        if not in_code:
+            if c == "(":
+                depth += 1
+            elif c == ")":
+                depth = max(depth - 1, 0)
+            elif c == "." and depth == 0 and summary[i + 1:i + 2] in (" ", ""):
+                word = re.split(r"[\s(]", summary[:i])[-1]
+                if word not in _ABBREVIATIONS and summary[i + 1:].strip():
+                    return summary[:i]
+        i += 1
+    return summary.removesuffix(".")
 
 
 def _page_of(modulename: str) -> str:
@@ -509,7 +550,7 @@ def _landing(state: _Build, all_modules, package: str) -> dict:
         groups.append({"title": title, "id": re.sub(r"\W+", "-", title.lower()).strip("-"),
                        "entries": entries})
     modules = [{"name": name, "href": _page_of(name), "depth": name.count("."),
-                "summary": _summary(module.docstring).split(". ")[0].removesuffix(".")}
+                "summary": _first_sentence(_summary(module.docstring))}
                for name, module in all_modules.items()]
     return {"title": package, "intro": spec.get("intro", ""), "groups": groups,
             "modules": modules}

@@ -76,7 +76,7 @@ def test_landing_page_leads_with_the_main_functions(reference):
                  "rdr_jax.error_bound", "rdr_jax.Method", "rdr_jax.SparseSign",
                  "rdr_jax.angles.canonical_angles", "rdr_jax.adawac.beta_mirror_ascent"):
         assert name in names, name
-    assert len(names) < 60                                   # the main ones, not ~300
+    assert len(names) < 80                                   # the main ones, not ~300
     for page, anchor, name in links:                         # each reaches its section
         assert f'id="{anchor}"' in (reference.out / page).read_text(encoding="utf-8"), name
     # the functions are documented where they are defined, e.g. id_cur/decompositions.html
@@ -87,6 +87,48 @@ def test_landing_page_leads_with_the_main_functions(reference):
                 "rdr_jax.models", "rdr_jax.training"):
         assert f'<code>{sub}</code>' in modules, sub
     assert main.index('<section id="modules">') > main.index("rdr_jax.interpolative")
+
+
+def test_landing_page_lists_the_adawac_api(reference):
+    """The AdaWAC sections name every public name of rdr_jax.adawac, the beta step and the
+    loss terms a user's own train step needs first."""
+    import rdr_jax.adawac
+
+    index = (reference.out / "index.html").read_text(encoding="utf-8")
+    sections = re.findall(r'<section id="(adawac[^"]*)">(.*?)</section>', index, re.S)
+    assert sections, "no AdaWAC section on the landing page"
+    listed = {name for _, body in sections
+              for name in re.findall(r"<code>rdr_jax\.adawac\.(\w+)</code>", body)}
+    for name in ("init_beta", "beta_gradient", "beta_mirror_ascent", "wac_objective",
+                 "wac_dice_loss", "cross_entropy", "consistency"):
+        assert name in listed, name
+    assert listed == set(rdr_jax.adawac.__all__), set(rdr_jax.adawac.__all__) ^ listed
+
+
+def test_module_summaries_end_outside_parentheses(reference):
+    """The landing page's one-line module summaries are whole sentences: none is cut inside
+    a parenthesis, e.g. at "(thesis Ch." of "(thesis Ch. 5, Algorithm 6)"."""
+    index = (reference.out / "index.html").read_text(encoding="utf-8")
+    modules = index[index.index('<section id="modules">'):]
+    items = re.findall(r"<li[^>]*>\s*<a href=\"[^\"]+\"><code>([\w.]+)</code></a>(.*?)</li>",
+                       modules, re.S)
+    assert len(items) == len(reference.modules)
+    for name, summary in items:
+        text = re.sub(r"<code>.*?</code>", "", summary)
+        assert text.count("(") == text.count(")"), (name, summary.strip())
+        assert not re.search(r"\b(Ch|Eq|Sec|Thm|e\.g|i\.e)\s*$", text.strip()), name
+    transform = dict(items)["rdr_jax.adawac.transform"]
+    assert "(thesis Ch. 5, Algorithm 6)" in transform
+
+
+def test_first_sentence_of_a_summary():
+    first = docs_build._first_sentence
+    assert first("Losses (thesis Ch. 5, Eq. (C.9)). More text.") == (
+        "Losses (thesis Ch. 5, Eq. (C.9))")
+    assert first("One, e.g. two. Three.") == "One, e.g. two"
+    assert first("Calls <code>f(x. y)</code> once. Then.") == "Calls <code>f(x. y)</code> once"
+    assert first("No period") == "No period"
+    assert first("Ends with a period.") == "Ends with a period"
 
 
 def _page(reference, module: str) -> str:

@@ -1,4 +1,4 @@
-"""Canonical angles of randomized subspace approximations (thesis Chapter 3, Chapter 3).
+"""Canonical angles of randomized subspace approximations (thesis Chapter 3).
 
 For ``A = U Sigma V^H`` and a rank-l randomized SVD with ``power_iters`` (q) power
 iterations, the sines of the canonical angles between the leading rank-k singular subspaces
