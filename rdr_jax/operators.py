@@ -574,7 +574,7 @@ def _captured_arrays(f, depth: int = 0, seen: set | None = None):
         objs = list(getattr(f, "__dict__", {}).values())
     for obj in objs:
         if isinstance(obj, (types.FunctionType, types.MethodType, functools.partial)):
-            if not _is_library(obj):
+            if not _is_library(obj.func if isinstance(obj, functools.partial) else obj):
                 yield from _captured_arrays(obj, depth + 1, seen)
             continue
         if obj is None or isinstance(obj, (types.ModuleType, type)) or _is_library(obj) and (

@@ -322,3 +322,19 @@ def test_closures_inside_rdr_jax_do_not_warn(fresh_warning, rng):
     c = R.interpolative(KEY, A, 5)
     _quiet(lambda: R.lowrank_error(A, c, key=jax.random.key(1), dense_limit=0))
     assert not operators._capture_warned
+
+
+def test_closure_over_a_traced_array_inside_jit_does_not_warn(fresh_warning, rng):
+    """Inside the caller's jit a closed-over array is a tracer: lifted into an argument, no
+    constant, so no warning."""
+    A = jnp.asarray(rng.standard_normal(BIG).astype(np.float32))
+
+    @jax.jit
+    def apply(A, X):
+        op = R.implicit_operator(lambda X: A @ X, lambda Y: A.T @ Y, A.shape)
+        return op.matmat(X)
+
+    X = jnp.ones((BIG[1], 2), jnp.float32)
+    np.testing.assert_allclose(np.asarray(_quiet(lambda: apply(A, X))), np.asarray(A @ X),
+                               rtol=1e-5)
+    assert not operators._capture_warned
