@@ -22,6 +22,7 @@ from rdr_jax import id_cur
 from rdr_jax.certify import ErrorBound, error_bound
 from rdr_jax.id_cur.decompositions import (CUR, ColumnID, RowID, TwoSidedID, cur, id_to_svd,
                                            interpolative, interpolative_to_tolerance)
+from rdr_jax.id_cur.fixed_accuracy import StopReason
 from rdr_jax.diagnostics import EtaBound, LowRankError, eta_bound, exact_singular_values, lowrank_error
 from rdr_jax.norms import frobenius_norm, spectral_norm, spectral_norm_upper
 from rdr_jax.operators import (
@@ -67,7 +68,7 @@ __version__ = "0.2.0"
 __all__ = [
     "angles", "certify", "diagnostics", "id_cur", "datasets", "matrices", "norms", "operators", "sketching",
     "CUR", "ColumnID", "RowID", "TwoSidedID", "cur", "id_to_svd", "interpolative",
-    "interpolative_to_tolerance", "ErrorBound", "error_bound",
+    "interpolative_to_tolerance", "StopReason", "ErrorBound", "error_bound",
     "EtaBound", "LowRankError", "eta_bound", "exact_singular_values", "lowrank_error",
     "frobenius_norm", "spectral_norm", "spectral_norm_upper",
     "DenseOperator", "FactoredOperator", "ImplicitOperator", "LinearOperator", "SparseOperator",

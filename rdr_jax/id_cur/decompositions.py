@@ -43,7 +43,10 @@ class ColumnID(NamedTuple):
     conditioning certificate; rank: valid skeletons (from :func:`interpolative_to_tolerance`:
     the rank found, arrays padded to ``max_rank``, see :meth:`trim`); numerical_rank: of C
     (``< rank`` flags k above the numerical rank of A); error_estimate: the relative Frobenius
-    error the tolerance loop estimated (a bound with ``failure_prob``), NaN for a fixed rank.
+    error of the returned factors (exact for dense A, else estimated; with ``failure_prob`` a
+    bound), NaN for a fixed rank; converged: the tolerance was met (True for a fixed rank);
+    stop_reason: why the rank search stopped, a :class:`~rdr_jax.StopReason` code
+    (:meth:`reason` in words).
     """
 
     cols: jax.Array
@@ -53,6 +56,8 @@ class ColumnID(NamedTuple):
     rank: jax.Array
     numerical_rank: jax.Array
     error_estimate: jax.Array
+    converged: jax.Array
+    stop_reason: jax.Array
 
     def factors(self):
         """``(F, G, H)`` with ``A_hat = F G H^H``."""
@@ -66,6 +71,11 @@ class ColumnID(NamedTuple):
         r = int(self.rank)
         return self._replace(cols=self.cols[:r], C=self.C[:, :r], W=self.W[:r])
 
+    def reason(self) -> str:
+        """Why the rank search stopped, in words (host call): ``"tolerance met"``,
+        ``"precision floor reached"``, ``"max_rank reached"``, ... (:class:`~rdr_jax.StopReason`)."""
+        return FA.describe(self.stop_reason)
+
 
 class RowID(NamedTuple):
     """Row ID ``A ~ W R`` (thesis Eq. (2.6)): rows (k,), W (m x k) with ``W(rows, :) = I``,
@@ -78,6 +88,10 @@ class RowID(NamedTuple):
     rank: jax.Array
     numerical_rank: jax.Array
     error_estimate: jax.Array
+    converged: jax.Array
+    stop_reason: jax.Array
+
+    reason = ColumnID.reason
 
     def factors(self):
         return self.W, None, self.R.conj().T
@@ -105,6 +119,10 @@ class TwoSidedID(NamedTuple):
     rank: jax.Array
     numerical_rank: jax.Array
     error_estimate: jax.Array
+    converged: jax.Array
+    stop_reason: jax.Array
+
+    reason = ColumnID.reason
 
     def factors(self):
         return self.W_rows, self.S, self.W_cols.conj().T
@@ -222,20 +240,42 @@ def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, opts: "_Options", extra_left=
     return U, nr, sol[1:]
 
 
+def _tolerance_message(res, tol, cap, certified) -> str:
+    """Why ``tol`` was not met, and the one thing that can help."""
+    est, rank = float(res.error_estimate), int(res.rank)
+    dt = np.dtype(res.C.dtype if hasattr(res, "C") else res.R.dtype)
+    rdt = V.real_dtype(dt).name
+    what = "certified" if certified else "reached"
+    kind = "bound" if certified else "error"
+    reason = FA.StopReason(int(res.stop_reason))
+    if reason == FA.StopReason.PRECISION_FLOOR:
+        fix = ("use float64 (jax.enable_x64 / jax.config.update('jax_enable_x64', True)) and "
+               "a float64 A" if rdt == "float32" else
+               "no rank does better: this is the rounding level of the stored matrix")
+        return (f"{rdt} cannot reach tol = {tol:g} on this matrix: its floor here is about "
+                f"{est:.2g} (relative {kind} at rank {rank}); {fix}")
+    if reason == FA.StopReason.MAX_RANK:
+        mn = min(res.C.shape[0], res.W.shape[1]) if hasattr(res, "C") else min(
+            res.W.shape[0], res.R.shape[1])
+        return (f"tolerance {tol:g} not {what} at max_rank = {cap} (relative {kind} {est:.3g}"
+                f"); raise max_rank (at most min(m, n) = {mn})")
+    if reason == FA.StopReason.NOT_FINITE:
+        return "A (or a product with it) is not finite: the result is not usable"
+    return (f"tolerance {tol:g} not {what} at rank {rank} (relative {kind} {est:.3g}): the "
+            "loop's estimate met it but the final check of the factors did not, an unlikely "
+            "draw; call again with another key")
+
+
 def _check_result(res, k, policy, tol=None, certified=False):
     """Eager calls: warn (or raise) from the result's flags -- ``numerical_rank`` (k above the
     numerical rank of A, or A numerically zero), a non-finite ``eta`` (NaN/Inf in A) and, for a
-    tolerance, an ``error_estimate`` above it (max_rank reached). Skipped under jit/vmap."""
+    tolerance, why it was not met (``stop_reason``). Skipped under jit/vmap."""
     if not V.is_concrete(res.numerical_rank):
         return
     V.warn_if_nonfinite(res.eta, "the certificate eta")
-    if tol is not None:
-        est = float(res.error_estimate)
-        if not est <= tol:
-            what = ("could not be certified" if certified else "not reached")
-            warnings.warn(f"tolerance {tol:g} {what} at max_rank = {k} (relative "
-                          f"{'bound' if certified else 'error estimate'} {est:.3g}); raise "
-                          "max_rank", RuntimeWarning, stacklevel=V.user_stacklevel())
+    if tol is not None and not bool(res.converged):
+        warnings.warn(_tolerance_message(res, tol, k, certified), RuntimeWarning,
+                      stacklevel=V.user_stacklevel())
     if policy == "ignore":
         return
     nr, rk = int(res.numerical_rank), int(res.rank)
@@ -308,18 +348,28 @@ def _column_id(key, op, sz: SL.Sizes, opts: _Options):
     rank = jnp.asarray(sz.k, jnp.int32)
     est = _no_estimate(op)
     if not two:
-        return ColumnID(J, C, W, piv.eta, rank, nr, est)
+        return ColumnID(J, C, W, piv.eta, rank, nr, est, *_FIXED)
     if lu is not None:                                                     # Line 4
         rp = SL.rows_from_lu(lu, L.ct(sol[1]), sz)
     else:
         rp = SL.pivot_rows(k2, C, sz, method, piv.Uk)
     S = jnp.where(valid[:, None], C[rp.rows], 0)
-    return TwoSidedID(rp.rows, J, rp.W, S, W, piv.eta, rp.eta, rank, nr, est)
+    return TwoSidedID(rp.rows, J, rp.W, S, W, piv.eta, rp.eta, rank, nr, est, *_FIXED)
 
 
 def _no_estimate(op):
     """The ``error_estimate`` of a fixed-rank result: NaN (nothing was estimated)."""
     return jnp.full((), jnp.nan, V.real_dtype(op.dtype))
+
+
+class _Fixed:
+    """``(converged, stop_reason)`` of a fixed-rank result: ``(True, FIXED_RANK)``."""
+
+    def __iter__(self):
+        return iter((jnp.ones((), bool), jnp.asarray(FA.StopReason.FIXED_RANK, jnp.int32)))
+
+
+_FIXED = _Fixed()
 
 
 @functools.partial(_jit.jit, static_argnames=("kb", "lb", "opts"))
@@ -328,7 +378,7 @@ def _interpolative(key, op, k, l, kb, lb, opts: _Options):
     if opts.side == "row":
         res = _column_id(key, op.H, sz, dataclasses.replace(opts, side="column"))
         return RowID(res.cols, res.W.conj().T, res.C.conj().T, res.eta, res.rank,
-                     res.numerical_rank, res.error_estimate)
+                     res.numerical_rank, res.error_estimate, res.converged, res.stop_reason)
     return _column_id(key, op, sz, opts)
 
 
@@ -383,46 +433,61 @@ class _TolOptions:
     delta: Optional[float] = None
 
 
+#: with exact coefficients the loop aims below tol (they are truncated back to the shortest
+#: prefix that meets it), so that the final check at the loop's rank almost never fails
+_LOOP_MARGIN = 0.5
+
+
 @functools.partial(_jit.jit, static_argnames=("opts",))
 def _interpolative_tol(key, op, tol, opts: _TolOptions):
-    """Fixed accuracy: blocked randomized LUPP picks the rank (``rdr_jax.id_cur.fixed_accuracy``);
-    with ``interp="exact"`` the shortest pivot prefix whose exact-coefficient ID meets
-    ``tol`` is kept (exact for dense/sparse A)."""
+    """Fixed accuracy (``docs/id-cur.md``, "Fixed accuracy"): blocked randomized LUPP
+    proposes skeletons until its estimate is below tol, the precision floor or max_rank;
+    with ``interp="exact"`` the shortest prefix whose least-squares coefficients meet
+    ``tol`` is kept, and its error is that of the returned factors. With ``failure_prob``,
+    the loop's certificate and the final bound each spend half of it."""
     kc, kr = jax.random.split(key)
-    side = opts.side
+    side, exact = opts.side, opts.interp == "exact"
     target = op.H if side == "row" else op
-    sel = FA.adaptive_column_skeletons(kr if side == "row" else kc, target, tol,
-                                       block_size=opts.block_size, max_rank=opts.max_rank,
-                                       failure_prob=opts.delta)
-    J, rank, est, eb = sel.cols, sel.rank, sel.error_estimate, sel.error_bound
+    k_sel = kr if side == "row" else kc
+    delta = opts.delta
+    d_loop = None if delta is None else (0.5 * delta if exact else delta)
+    sel = FA.column_skeletons_core(k_sel, target, tol, block_size=opts.block_size,
+                                   max_rank=opts.max_rank, delta=d_loop,
+                                   margin=_LOOP_MARGIN if exact and delta is None else 1.0)
+    J, rank = sel.cols, sel.rank
     r = J.shape[0]
     valid = jnp.arange(r) < rank
     C = jnp.where(valid[None, :], target.cols(J), 0)
     eta = L.interpolation_norm_bound(L.gram(L.ct(sel.W)), valid)
-    if opts.interp == "sketch":
-        W = sel.W
+    certified = delta is not None
+    if not exact:
+        W, est = sel.W, sel.error_bound if certified else sel.error_estimate
+        conv, reason = sel.converged, sel.stop_reason
         nr = L.numerical_rank(jnp.linalg.qr(L.unit_scale(C), mode="r"), valid, C.shape[0])
     else:
-        rank_x, W, rel, Rc = FA.exact_prefix(target, J, C, rank, tol, estimate=jnp.nan,
-                                              return_factor=True)
-        exact = ~jnp.isnan(rel)          # the prefix errors were computed exactly
-        est = jnp.where(exact, rel, est)
-        if opts.delta is None:
-            rank = rank_x
-        else:   # certified mode: keep the certified W unless the exact errors are known
-            W = jnp.where(exact, W, sel.W)
-            rank = jnp.where(exact, rank_x, rank)
-            eb = jnp.where(exact, rel, eb)
+        pre, Rc = FA.shortest_prefix(k_sel, target, J, C, rank, tol,
+                                     None if delta is None else 0.5 * delta)
+        rank, W, met = pre.rank, pre.W, pre.met
+        est = pre.bound if certified else pre.error
+        if certified:     # the loop certified its own W at this rank: C^+ A does no worse
+            fall = ~met & sel.converged & (rank == sel.rank)
+            est = jnp.where(fall, jnp.maximum(sel.error_bound, pre.error), est)
+            met = met | fall
+        conv = met
+        # the loop met tol but the factors did not: rounding (a floor) or an unlucky draw
+        floor = pre.error <= FA.FLOOR_ULPS * float(jnp.finfo(pre.error.dtype).eps)
+        late = jnp.where(floor, FA.StopReason.PRECISION_FLOOR, FA.StopReason.RESAMPLE)
+        reason = jnp.where(met, FA.StopReason.TOLERANCE,
+                           jnp.where(sel.converged, late, sel.stop_reason))
         valid = jnp.arange(r) < rank
         J = jnp.where(valid, J, 0)
         C = jnp.where(valid[None, :], C, 0)
         nr = L.numerical_rank(Rc, valid, C.shape[0])
-    if opts.delta is not None:          # certified stopping: report the bound
-        est = eb
+    reason = reason.astype(jnp.int32)
     if side == "row":
-        return RowID(J, W.conj().T, C.conj().T, eta, rank, nr, est)
+        return RowID(J, W.conj().T, C.conj().T, eta, rank, nr, est, conv, reason)
     if side == "column":
-        return ColumnID(J, C, W, eta, rank, nr, est)
+        return ColumnID(J, C, W, eta, rank, nr, est, conv, reason)
     # two-sided: LUPP on the valid columns of C (padding columns are zero; the first `rank`
     # pivots depend only on them); W_rows = P^T L L_1^{-1} (no solve with the pivot block)
     sz = SL.Sizes(rank, rank, r, r)
@@ -431,7 +496,26 @@ def _interpolative_tol(key, op, tol, opts: _TolOptions):
     rp = SL.rows_from_lu(lu, L.ct(L.solve_triangular(a, b, left=True, lower=False)), sz)
     I = jnp.where(valid, rp.rows, 0)
     S = jnp.where(valid[:, None] & valid[None, :], C[I], 0)
-    return TwoSidedID(I, J, rp.W, S, W, eta, rp.eta, rank, nr, est)
+    # the row step's own error, ||C - W_rows S||_F ||W_cols||_F (zero in exact arithmetic),
+    # added to the relative error (triangle inequality), so that est describes the factors
+    e_rows = _relative_row_step_error(op, C, rp.W, S, W, sel.norm_estimate)
+    est = est + e_rows
+    lost = conv & ~(est <= tol)                     # the row step's rounding: a floor
+    conv = conv & ~lost
+    reason = jnp.where(lost, FA.StopReason.PRECISION_FLOOR, reason).astype(jnp.int32)
+    return TwoSidedID(I, J, rp.W, S, W, eta, rp.eta, rank, nr, est, conv, reason)
+
+
+def _relative_row_step_error(op, C, W_rows, S, W_cols, norm_estimate):
+    """``||C - W_rows S||_F ||W_cols||_F / ||A||_F`` (``||A||_F`` exact when stored)."""
+    dC = C - L.mm(W_rows, S)
+    scale = jnp.max(jnp.abs(C))
+    safe = jnp.where(scale > 0, scale, 1)
+    num = jnp.linalg.norm(dC / safe) * jnp.linalg.norm(W_cols) * scale
+    a2 = op.fro_norm_sq() if op.explicit else None
+    a = jnp.sqrt(a2) if a2 is not None else norm_estimate
+    rdt = V.real_dtype(op.dtype)
+    return jnp.where(a > 0, num / jnp.where(a > 0, a, 1), 0.0).astype(rdt)
 
 
 # --------------------------------------------------------------------------------------

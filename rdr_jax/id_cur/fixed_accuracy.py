@@ -8,6 +8,7 @@ with ``failure_prob`` the stop is certified. Algorithm, certified stopping and s
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import math
 import numbers
@@ -25,12 +26,52 @@ from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
 
-__all__ = ["DEFAULT_MAX_RANK", "AdaptiveColumns", "AdaptiveRows", "adaptive_column_skeletons",
-           "adaptive_row_skeletons", "exact_prefix"]
+__all__ = ["DEFAULT_MAX_RANK", "AdaptiveColumns", "AdaptiveRows", "Prefix", "StopReason",
+           "adaptive_column_skeletons", "adaptive_row_skeletons", "exact_prefix"]
 
 #: default cap on the rank: ``min(m, n, DEFAULT_MAX_RANK)``. The work arrays are
 #: ``m x (max_rank + block_size)``; pass a larger ``max_rank`` explicitly if you need it.
 DEFAULT_MAX_RANK = 1024
+
+#: the precision floor of the residual sketch ``S = Y - W Y(I, :)``, in units of the working
+#: precision's eps: a pivot below ``FLOOR_ULPS eps`` times the norm of its own row of ``Y``
+#: and ``W Y(I, :)`` is rounding noise and is not taken, and the loop stops once
+#: ``||S||_F <= FLOOR_ULPS eps ||Y||_F`` (measured noise: up to ~45 eps, ``docs/id-cur.md``)
+FLOOR_ULPS = 64
+#: blocks still added once the residual sketch is at that floor: the least-squares
+#: coefficients of the final stage resolve errors a few times below the loop's own floor
+FLOOR_BLOCKS = 2
+
+
+def describe(stop_reason) -> str:
+    """The :class:`StopReason` of a (concrete) ``stop_reason`` in words."""
+    r = StopReason(int(stop_reason))
+    return {StopReason.TOLERANCE: "tolerance met",
+            StopReason.PRECISION_FLOOR: "precision floor reached",
+            StopReason.MAX_RANK: "max_rank reached",
+            StopReason.NOT_FINITE: "A is not finite",
+            StopReason.RESAMPLE: "final check missed the tolerance (resample)",
+            StopReason.FIXED_RANK: "fixed rank"}[r]
+
+
+class StopReason(enum.IntEnum):
+    """Why a fixed-accuracy decomposition stopped (the ``stop_reason`` field, an int32).
+
+    TOLERANCE: the tolerance was met (certified at ``1 - failure_prob`` when asked);
+    ``converged`` is True only for this reason. PRECISION_FLOOR: the working precision's
+    floor on this matrix was reached above the tolerance (the residual is rounding noise, or
+    the rank reached ``min(m, n)``). MAX_RANK: ``max_rank < min(m, n)`` was reached first.
+    NOT_FINITE: a sketch of A was not finite (NaN/Inf in A). RESAMPLE: the loop's estimate
+    met the tolerance but the final check of the returned factors did not (an unlucky draw:
+    another key will do). FIXED_RANK: not a fixed-accuracy result (the rank was given).
+    """
+
+    TOLERANCE = 0
+    PRECISION_FLOOR = 1
+    MAX_RANK = 2
+    NOT_FINITE = 3
+    RESAMPLE = 4
+    FIXED_RANK = 5
 
 
 class AdaptiveRows(NamedTuple):
@@ -46,13 +87,13 @@ class AdaptiveRows(NamedTuple):
         is numerically zero; NaN if a sketch was not finite.
       norm_estimate: estimated ``||A||_F`` (root of the mean of ``||A Omega||_F^2`` over all
         sketches drawn).
-      converged: bool scalar, ``error_estimate <= tol`` (or an exactly zero residual).
-        False when ``max_rank`` was reached first (or a sketch was not finite). With
-        ``confidence``: the certified bound met ``tol``.
+      converged: bool scalar, ``error_estimate <= tol`` (with ``failure_prob``: the
+        certified bound met ``tol``); ``stop_reason`` says why when False.
       error_bound: with ``failure_prob`` only (else NaN): relative Frobenius bound
         ``>= ||A - W A(rows, :)||_F / ||A||_F`` with probability >= ``1 - failure_prob`` (see
-        "Certified stopping" in the module docstring); 0 for a numerically zero residual,
-        NaN when no certification passed.
+        "Certified stopping" in ``docs/id-cur.md``); NaN when no certification passed.
+      stop_reason: int32 :class:`StopReason` (TOLERANCE, PRECISION_FLOOR, MAX_RANK or
+        NOT_FINITE).
     """
 
     rows: Int[Array, " r"]
@@ -62,6 +103,7 @@ class AdaptiveRows(NamedTuple):
     norm_estimate: Float[Array, ""]
     converged: Bool[Array, ""]
     error_bound: Float[Array, ""]
+    stop_reason: Int[Array, ""]
 
 
 class AdaptiveColumns(NamedTuple):
@@ -70,7 +112,7 @@ class AdaptiveColumns(NamedTuple):
     Attributes:
       cols: (max_rank,) int32 skeleton column indices; ``cols[:rank]`` are valid, the rest 0.
       W: (max_rank, n); rows past ``rank`` are exactly 0 and ``W[:rank, cols[:rank]] = I``.
-      rank, error_estimate, norm_estimate, converged, error_bound: as in
+      rank, error_estimate, norm_estimate, converged, error_bound, stop_reason: as in
         :class:`AdaptiveRows`.
     """
 
@@ -81,6 +123,7 @@ class AdaptiveColumns(NamedTuple):
     norm_estimate: Float[Array, ""]
     converged: Bool[Array, ""]
     error_bound: Float[Array, ""]
+    stop_reason: Int[Array, ""]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +135,7 @@ class _Config:
     max_rank: int     # static cap on the rank; arrays are padded to it
     delta: Optional[float] = None   # certified stopping: failure probability (1 - confidence)
     cert_vectors: int = 24          # fresh Gaussian test vectors per certification
+    margin: float = 1.0             # stop on the estimate at margin * tol (not certified)
 
 
 class _State(NamedTuple):
@@ -103,6 +147,8 @@ class _State(NamedTuple):
     e2: jax.Array         # last ||S||_F^2 (scaled units)
     done: jax.Array
     converged: jax.Array
+    reason: jax.Array     # StopReason once done
+    at_floor: jax.Array   # steps whose residual sketch was at the precision floor
     k: jax.Array          # exponent of the power-of-two scaling 2^k of A
     checks: jax.Array     # certifications done (confidence mode)
     bound2: jax.Array     # last certified relative bound, squared (confidence mode)
@@ -167,15 +213,18 @@ def _sketcher(op, key, l, rdt):
     return jnp.zeros((), jnp.int32), sketch
 
 
-def _extend(W, I, s, S, limit, floor, b):
+def _extend(W, I, s, S, rs, limit, b):
     """LUPP on the block picks b rows ``I'``; ``w = S S(I', :)^+``; ``W <- [W - w W(I', :), w]``,
-    ``I <- [I, I']``; numerically zero pivots are dropped (at most ``limit`` rows kept)."""
+    ``I <- [I, I']``; pivots that are numerically zero are dropped (at most ``limit`` rows
+    kept)."""
     m, bp = S.shape
     eps = jnp.finfo(W.dtype).eps
     lu, _, perm = jax.lax.linalg.lu(S)
     piv = jnp.abs(jnp.diagonal(lu[:b, :b]))
-    # numerically zero pivots: relative to the block, or below the rounding floor of A
-    good = (piv > eps * max(m, bp) * jnp.max(piv)) & (piv > floor)
+    # numerically zero pivots: relative to the block's largest, or at the rounding level of
+    # their own row (rs: row norms of Y and W Y(I, :), whose difference S is)
+    good = ((piv > eps * max(m, bp) * jnp.max(piv)) & (piv > FLOOR_ULPS * eps * rs[perm[:b]])
+            & (piv > 0))
     g = jnp.sum(jnp.cumprod(good.astype(jnp.int32)))          # leading nonzero pivots
     g = jnp.minimum(g, limit).astype(s.dtype)                # never exceed max_rank
     keep = jnp.arange(b) < g
@@ -239,10 +288,12 @@ def _rows_impl(key, op: LinearOperator, tol, cfg: _Config) -> AdaptiveRows:
     l = b + p
     dt = np.dtype(op.dtype)
     rdt = V.real_dtype(dt)
-    fi = jnp.finfo(rdt)
-    eps = float(fi.eps)
+    eps = float(jnp.finfo(rdt).eps)
     tol2 = jnp.square(jnp.asarray(tol, rdt))
-    floor_c = 10.0 * eps * math.sqrt(max(m, n)) / math.sqrt(l)
+    stop2 = tol2 * cfg.margin ** 2
+    floor2 = (FLOOR_ULPS * eps) ** 2
+    # reaching rank min(m, n) without meeting tol: the residual is rounding, not rank
+    full = StopReason.PRECISION_FLOOR if cap >= min(m, n) else StopReason.MAX_RANK
 
     # exact power-of-two scaling so that squared norms neither underflow nor overflow
     k0, sketch = _sketcher(op, key, l, rdt)
@@ -254,7 +305,9 @@ def _rows_impl(key, op: LinearOperator, tol, cfg: _Config) -> AdaptiveRows:
         Y, k = sketch(st.step, st.k)                         # Y' = 2^k A Omega_step
         valid = (jnp.arange(cap + b) < st.s).astype(jnp.int32)
         taken = jnp.zeros((m,), jnp.int32).at[st.I].max(valid) > 0
-        S = Y - jnp.matmul(st.W, Y[st.I], precision=HIGHEST)  # unused W columns are zero
+        WY = jnp.matmul(st.W, Y[st.I], precision=HIGHEST)     # unused W columns are zero
+        S = Y - WY
+        rs = jnp.sqrt(jnp.sum(jnp.abs(Y) ** 2, axis=1) + jnp.sum(jnp.abs(WY) ** 2, axis=1))
         S = jnp.where(taken[:, None], 0.0, S)                 # exact zeros on the skeleton
         e2 = jnp.sum(jnp.abs(S) ** 2)
         norm2_sum = st.norm2_sum + jnp.sum(jnp.abs(Y) ** 2)
@@ -269,23 +322,32 @@ def _rows_impl(key, op: LinearOperator, tol, cfg: _Config) -> AdaptiveRows:
                                       tol2),
                 lambda: (jnp.zeros((), bool), st.bound2))
             checks = checks + cand.astype(checks.dtype)
+            conv = conv | (finite & (e2 == 0))       # an exactly zero residual is certain
+            bound2 = jnp.where(finite & (e2 == 0), 0.0, bound2)
         else:
-            conv = finite & (e2 <= tol2 * norm2)
-        stop = conv | (st.s >= cap) | ~finite
-        floor = floor_c * jnp.sqrt(norm2)
+            conv = finite & (e2 <= stop2 * norm2)
+        low = finite & ~conv & (e2 <= floor2 * norm2)     # the residual is rounding noise
+        at_floor = st.at_floor + low.astype(jnp.int32)
+        floor = low & (at_floor > FLOOR_BLOCKS)
+        capped = st.s >= cap
+        stop = conv | capped | ~finite | floor
         W, I, s = jax.lax.cond(
             stop, lambda: (st.W, st.I, st.s),
-            lambda: _extend(st.W, st.I, st.s, S, cap - st.s, floor, b))
-        zero = ~stop & (s == st.s)            # no numerically nonzero pivot: zero residual
-        e2 = jnp.where(zero, 0.0, jnp.where(finite, e2, jnp.nan)).astype(rdt)
-        bound2 = jnp.where(zero, 0.0, bound2).astype(rdt)
-        return _State(W, I, s, step, norm2_sum, e2, stop | zero, conv | zero, k, checks,
-                      bound2)
+            lambda: _extend(st.W, I=st.I, s=st.s, S=S, rs=rs, limit=cap - st.s, b=b))
+        stuck = ~stop & (s == st.s)            # no pivot survived: nothing more to resolve
+        reason = jnp.select(
+            [conv, ~finite, floor | stuck, capped],
+            [StopReason.TOLERANCE, StopReason.NOT_FINITE, StopReason.PRECISION_FLOOR, full],
+            -1).astype(jnp.int32)
+        e2 = jnp.where(finite, e2, jnp.nan).astype(rdt)
+        return _State(W, I, s, step, norm2_sum, e2, stop | stuck, conv, reason, at_floor, k,
+                      checks, bound2.astype(rdt))
 
     st = _State(W=jnp.zeros((m, cap + b), dt), I=jnp.zeros((cap + b,), jnp.int32),
                 s=jnp.zeros((), jnp.int32), step=jnp.zeros((), jnp.int32),
                 norm2_sum=jnp.zeros((), rdt), e2=jnp.zeros((), rdt),
-                done=jnp.zeros((), bool), converged=jnp.zeros((), bool), k=k0,
+                done=jnp.zeros((), bool), converged=jnp.zeros((), bool),
+                reason=jnp.full((), -1, jnp.int32), at_floor=jnp.zeros((), jnp.int32), k=k0,
                 checks=jnp.zeros((), jnp.int32), bound2=jnp.full((), jnp.nan, rdt))
     st = jax.lax.while_loop(lambda st: ~st.done, body, st)
 
@@ -295,7 +357,7 @@ def _rows_impl(key, op: LinearOperator, tol, cfg: _Config) -> AdaptiveRows:
     norm = _fp.ldexp(jnp.sqrt(norm2), -st.k)
     bound = jnp.sqrt(st.bound2).astype(rdt)       # NaN unless certified
     return AdaptiveRows(st.I[:cap], st.W[:, :cap], st.s, err.astype(rdt), norm.astype(rdt),
-                        st.converged, bound)
+                        st.converged, bound, st.reason)
 
 
 @functools.partial(_jit.jit, static_argnames=("cfg",))
@@ -307,7 +369,7 @@ def _adaptive_rows(key, op, tol, cfg: _Config) -> AdaptiveRows:
 def _adaptive_cols(key, op, tol, cfg: _Config) -> AdaptiveColumns:
     r = _rows_impl(key, op.H, tol, cfg)
     return AdaptiveColumns(r.rows, r.W.conj().T, r.rank, r.error_estimate, r.norm_estimate,
-                           r.converged, r.error_bound)
+                           r.converged, r.error_bound, r.stop_reason)
 
 
 # --------------------------------------------------------------------------------------
@@ -454,135 +516,197 @@ def adaptive_column_skeletons(key, A: Any, tol, *, block_size: int = 16, oversam
 
 
 # --------------------------------------------------------------------------------------
-# exact-coefficient prefix
+# the final stage: exact coefficients, the shortest prefix, the error of what is returned
 # --------------------------------------------------------------------------------------
-def _scaled_for_prefix(op, rdt):
-    """``(k, a2, rmatmat, residual2)`` for the exact prefix: ``2^k`` an exact power-of-two
-    scaling of A (as in the adaptive loop: 0 unless the entries are near under/overflow),
-    ``a2`` the exact ``||2^k A||_F^2`` (None when not available: implicit and factored
-    operators), ``rmatmat(Q) = (2^k A)^H Q`` and ``residual2(Q, B)``, the exact
-    ``||2^k A - Q B||_F^2`` (dense A: one GEMM; None otherwise)."""
-    e = op.max_exponent()
-    if e is None:
-        return None, None, op.rmatmat, None
-    k = _shift(e, rdt)
-    ops = op.ldexp(k)
-    if not op.dense:
-        return k, ops.fro_norm_sq(), ops.rmatmat, None
-    As = jnp.where(k != 0, ops.todense(), op.todense())
-
-    def rmatmat(Q):
-        return jnp.matmul(As.conj().T, Q, precision=HIGHEST)
-
-    def residual2(Q, B):
-        return jnp.sum(jnp.abs(As - jnp.matmul(Q, B, precision=HIGHEST)) ** 2)
-    return k, jnp.sum(jnp.abs(As) ** 2), rmatmat, residual2
+#: the final check draws its test vectors from ``fold_in(key, FINAL_STREAM)``: independent of
+#: the loop's sketches (``fold_in(key, t)``, small t) and of its certifications
+FINAL_STREAM = 0xF17A1
+#: test vectors of the final check of a non-dense operator (a chi^2 with >= 24 degrees of
+#: freedom: the estimate is within 2x of the truth except with probability < 1e-3)
+FINAL_VECTORS = 24
 
 
-@functools.partial(_jit.jit, static_argnames=("return_factor",))
-def _exact_prefix_jit(op, cols, C, rank, tol, estimate, return_factor=False):
-    n = op.shape[1]
+class Prefix(NamedTuple):
+    """The result of :func:`exact_prefix`: ``rank`` (int32), ``W`` (max_rank x n, rows past
+    ``rank`` zero, ``W[:rank, cols[:rank]] = I``), ``error`` (relative Frobenius error of
+    ``C[:, :rank] @ W[:rank]``: exact for dense A, else an unbiased estimate of its square),
+    ``bound`` (with ``failure_prob``: ``>= error`` with probability ``>= 1 - failure_prob``;
+    exact for dense A; else NaN) and ``met`` (``error``, or ``bound`` when asked, ``<= tol``)."""
+
+    rank: Int[Array, ""]
+    W: Inexact[Array, "r n"]
+    error: Float[Array, ""]
+    bound: Float[Array, ""]
+    met: Bool[Array, ""]
+
+
+def _sq(x, k):
+    """``||2^k x||_F^2`` (an exact power-of-two rescaling before squaring)."""
+    return jnp.sum(jnp.abs(_fp.ldexp(x, k)) ** 2)
+
+
+def _prefix_impl(key, op, cols, C, rank, tol, delta, with_factor=False):
+    """Shortest prefix ``j <= rank`` of the skeleton ``C`` (m x r) whose least-squares
+    coefficients meet ``tol``, and the error of the returned factors.
+
+    With ``C_rank = Q R`` (nested: ``range Q_j = range C_j``) and ``B = Q^H A``,
+    ``||A - Q_j B_j||_F^2 = x + sum_{i > j} ||B(i, :)||^2`` with ``x = ||A - Q B||_F^2``:
+    the tail sums are exact, ``x`` is exact for dense A and otherwise estimated from
+    fresh Gaussian vectors, ``||(A - Q B) Omega||_F^2`` (a chi^2 upper bound with
+    ``delta``). ``||A||_F^2`` is exact for dense and sparse A, else ``x + ||B||_F^2``. The
+    returned ``W_j = R_j^{-1} B_j`` (a backward-stable triangular solve, never floored) adds
+    ``||B_j - R_j W_j||_F^2`` to the error (Pythagoras: ``C_j W_j - Q_j B_j`` lies in
+    ``range Q_j``), so the error describes ``C_j W_j`` itself."""
+    m, n = op.shape
     r = C.shape[1]
     rdt = V.real_dtype(C.dtype)
-    eps = float(jnp.finfo(rdt).eps)
     rank = jnp.clip(jnp.asarray(rank, jnp.int32), 0, r)
-    tol = jnp.asarray(tol, rdt)
-    estimate = jnp.asarray(estimate, rdt)
+    tol2 = jnp.square(jnp.asarray(tol, rdt))
     ar = jnp.arange(r)
     valid = ar < rank
-    # everything on 2^k A and 2^k C (exact): W = C^+ A is unchanged, no squares under/overflow
-    k, a2, rmatmat, residual2 = _scaled_for_prefix(op, rdt)
     C = jnp.where(valid[None, :], C, 0)
-    if k is not None:
-        C = _fp.ldexp(C, k)
-    # nested QR: the first j columns of Q span C_j for every j <= rank
     Q, Rc = jnp.linalg.qr(C, mode="reduced")                                  # m x r, r x r
     Q = jnp.where(valid[None, :], Q, 0)
-    B = rmatmat(Q.astype(op.dtype)).conj().T.astype(C.dtype)                 # Q^H A, r x n
+    B = op.rmatmat(Q.astype(op.dtype)).conj().T.astype(C.dtype)             # Q^H A, r x n
     B = jnp.where(valid[:, None], B, 0)
-    if a2 is None:                    # ||A||_F not exact: keep the sketch-based rank
-        j, rel = rank, estimate
-    else:
-        a2 = a2.astype(rdt)
-        rowsq = jnp.sum(jnp.abs(B) ** 2, axis=1).astype(rdt)                  # ||B(i, :)||^2
-        # ||A - C_j C_j^+ A||_F^2 = ||A - Q B||_F^2 + sum_{i>j} ||B(i,:)||^2: the tail sums
-        # keep the digits of the small errors; the full-rank residual is computed directly
-        # for dense A (no cancellation: usable at any tol, float32 included) and as
-        # ||A||_F^2 - ||B||_F^2 for sparse A
-        tail = jnp.concatenate([jnp.cumsum(rowsq[::-1])[::-1], jnp.zeros((1,), rdt)])
-        if residual2 is not None:
-            res2 = residual2(Q, B).astype(rdt)
-            usable = jnp.asarray(True)
+    # squared norms on 2^k A (exact rescaling): they neither underflow nor overflow
+    e = op.max_exponent()
+    if e is None:
+        e = jnp.maximum(_fp.max_exponent(B), _fp.max_exponent(Rc))
+    k = _shift(e, rdt)
+    rowsq = jnp.sum(jnp.abs(_fp.ldexp(B, k)) ** 2, axis=1).astype(rdt)
+    tail = jnp.concatenate([jnp.cumsum(rowsq[::-1])[::-1], jnp.zeros((1,), rdt)])
+    if op.dense:              # x exactly: ||A - Q B||_F (a GEMM), no cancellation
+        x = _sq(op.todense() - jnp.matmul(Q, B, precision=HIGHEST), k).astype(rdt)
+        xb = x
+    else:                     # x from fresh vectors, independent of the skeleton
+        s_f = FINAL_VECTORS
+        Om = jax.random.normal(jax.random.fold_in(key, FINAL_STREAM), (n, s_f), op.dtype)
+        Om = Om / math.sqrt(s_f)
+        Z = op.matmat(Om) - jnp.matmul(Q, jnp.matmul(B, Om, precision=HIGHEST),
+                                       precision=HIGHEST)
+        x = _sq(Z.astype(C.dtype), k).astype(rdt)
+        if delta is None:
+            xb = jnp.full((), jnp.nan, rdt)
         else:
-            res2 = a2 - tail[0]
-            usable = tol ** 2 >= 1e3 * eps     # the difference is rounding noise below this
-        err2 = res2 + tail                                                     # j = 0..r
-        ok = (err2 <= tol ** 2 * a2) & (jnp.arange(r + 1) <= rank)
-        j_found = jnp.where(jnp.any(ok), jnp.argmax(ok), rank).astype(jnp.int32)
-        j = jnp.where(usable, j_found, rank)
-        safe = jnp.where(a2 > 0, a2, 1)
-        rel = jnp.where(a2 > 0, jnp.sqrt(jnp.maximum(err2[j], 0) / safe), 0.0)
-        rel = jnp.where(usable, rel, estimate)
+            cplx = np.dtype(op.dtype).kind == "c"
+            xb = (x / CE.fro_factor(s_f, delta, cplx)).astype(rdt)
+    a2x = op.ldexp(k).fro_norm_sq() if op.explicit else None
+    a2 = (a2x if a2x is not None else x + tail[0]).astype(rdt)
+    a2b = (a2x if a2x is not None else xb + tail[0]).astype(rdt)   # (x+t_j)/(x+t_0) grows in x
+    if delta is not None:
+        crit = (xb + tail) / jnp.where(a2b > 0, a2b, 1)
+    else:     # estimated x: choose with 2x it (the estimate itself stays unbiased), so that a
+        # low draw of x rarely picks a prefix above tol
+        xs = x if op.dense else 2 * x
+        a2s = a2 if a2x is not None else xs + tail[0]
+        crit = (xs + tail) / jnp.where(a2s > 0, a2s, 1)
+    upto = jnp.arange(r + 1) <= rank
+    # tol met: the shortest prefix that meets it; else the shortest within 10% of the best
+    # (past the floor more columns only add rounding)
+    best = jnp.min(jnp.where(upto, crit, jnp.inf))
+    ok = upto & (crit <= jnp.where(best <= tol2, tol2, 1.21 * best))
+    j = jnp.where(jnp.any(ok), jnp.argmax(ok), rank).astype(jnp.int32)
     keep = ar < j
-    # W = R_j^{-1} B_j by a triangular solve (backward stable); diagonal entries below the
-    # rounding level of the block (a dependent skeleton column) are floored, and the
-    # padding block is the identity
-    d = jnp.abs(jnp.diagonal(Rc))
-    floor = eps * max(C.shape) * jnp.max(jnp.where(keep, d, 0))
-    Rj = jnp.where(keep[:, None] & keep[None, :], Rc, 0)
+    # W_j = R_j^{-1} B_j, the padding block the identity; only an exactly zero diagonal
+    # entry (a zero column) is replaced, so that no Inf/NaN appears
     diag = jnp.diagonal(Rc)
-    sgn = jnp.where(jnp.real(diag) < 0, -1.0, 1.0).astype(Rc.dtype)
-    floored = sgn * jnp.where(floor > 0, floor, 1.0).astype(Rc.dtype)
-    new_diag = jnp.where(keep, jnp.where(d < floor, floored, diag), 1.0).astype(Rc.dtype)
+    tiny = jnp.asarray(jnp.finfo(rdt).tiny, Rc.dtype)
+    new_diag = jnp.where(keep, jnp.where(diag == 0, tiny, diag), 1.0).astype(Rc.dtype)
+    Rj = jnp.where(keep[:, None] & keep[None, :], Rc, 0)
     Rj = Rj - jnp.diag(jnp.diagonal(Rj)) + jnp.diag(new_diag)
-    W = jax.lax.linalg.triangular_solve(Rj, jnp.where(keep[:, None], B, 0), left_side=True,
-                                        lower=False)
+    Bj = jnp.where(keep[:, None], B, 0)
+    W = jax.lax.linalg.triangular_solve(Rj, Bj, left_side=True, lower=False)
+    W = jnp.where(keep[:, None], W, 0)
+    rho = _sq(Bj - jnp.matmul(jnp.where(keep[:, None] & keep[None, :], Rc, 0), W,
+                              precision=HIGHEST), k).astype(rdt)
+    safe = jnp.where(a2 > 0, a2, 1)
+    err = jnp.where(a2 > 0, jnp.sqrt(jnp.maximum(x + tail[j] + rho, 0) / safe), 0.0)
+    every = j >= n                    # every column a skeleton: W is a permutation, exact
+    err = jnp.where(every, 0.0, err)
+    if delta is None:
+        bound = jnp.full((), jnp.nan, rdt)
+        met = jnp.isfinite(err) & (err ** 2 <= tol2)
+    else:
+        safeb = jnp.where(a2b > 0, a2b, 1)
+        bound = jnp.where(a2b > 0, jnp.sqrt(jnp.maximum(xb + tail[j] + rho, 0) / safeb), 0.0)
+        bound = jnp.where(every, 0.0, bound)
+        met = jnp.isfinite(bound) & (bound ** 2 <= tol2)
     idx = jnp.where(keep, cols, n)                          # out of range: dropped
     eye = jnp.where(keep[:, None] & keep[None, :], jnp.eye(r, dtype=W.dtype), 0)
     W = W.at[:, idx].set(eye, mode="drop")
     W = jnp.where(keep[:, None], W, 0)
-    if return_factor:
-        return j, W, rel.astype(rdt), Rc
-    return j, W, rel.astype(rdt)
+    res = Prefix(j, W, err.astype(rdt), bound.astype(rdt), met)
+    return (res, Rc) if with_factor else res
 
 
-def exact_prefix(op: Any, cols, C, rank, tol, *, estimate=None, return_factor: bool = False):
-    """Shortest skeleton prefix whose *exact-coefficient* column ID meets ``tol`` (jittable).
+def _is_key(x) -> bool:
+    return isinstance(x, jax.Array) and (jnp.issubdtype(x.dtype, jax.dtypes.prng_key) or (
+        x.dtype == jnp.uint32 and x.shape == (2,)))
 
-    For a padded column skeleton ``C = A(:, cols)`` (m x max_rank, only the first ``rank``
+
+def column_skeletons_core(key, op, tol, *, block_size: int, max_rank: int,
+                          delta: Optional[float], margin: float = 1.0) -> AdaptiveColumns:
+    """:func:`adaptive_column_skeletons` without the boundary checks, for a caller's traced
+    program (``block_size <= max_rank``; the loop stops on its estimate at ``margin * tol``
+    unless certified)."""
+    b = min(block_size, max_rank)
+    cfg = _Config(block_size=b, oversample=min(8, op.shape[0] - b), max_rank=max_rank,
+                  delta=delta, margin=margin)
+    return _adaptive_cols(key, op, tol, cfg)
+
+
+def shortest_prefix(key, op, cols, C, rank, tol, delta: Optional[float]):
+    """:func:`exact_prefix` without the boundary checks, for a caller's traced program:
+    ``(Prefix, R)`` with ``R`` the triangular factor of the skeleton ``C``."""
+    return _prefix_impl(key, op, cols, C, rank, tol, delta, with_factor=True)
+
+
+@functools.partial(_jit.jit, static_argnames=("delta",))
+def _exact_prefix_jit(key, op, cols, C, rank, tol, delta):
+    return _prefix_impl(key, op, cols, C, rank, tol, delta)
+
+
+def exact_prefix(key, op: Any, cols=None, C=None, rank=None, tol=None, *,
+                 failure_prob: float | None = None, **old) -> Prefix:
+    """Shortest prefix of a column skeleton whose least-squares column ID meets ``tol``, and
+    the error of the factors it returns (jittable).
+
+    For a padded column skeleton ``C = A(:, cols)`` (m x max_rank, the first ``rank``
     columns valid; e.g. from :func:`adaptive_column_skeletons`) find the smallest
-    ``j <= rank`` with ``||A - C_j W||_F <= tol ||A||_F`` for ``W = C_j^+ A`` (the best
-    coefficients for these skeletons). With ``C_rank = Q R`` (pivot order; Q is nested:
-    ``range(Q(:, :j)) = range(C_j)``) and ``B = Q^H A`` (one pass over A),
-
-        ``||A - C_j C_j^+ A||_F^2 = ||A||_F^2 - sum_{i<=j} ||B(i, :)||^2``,
-
-    so one pass gives the error of every prefix. This needs ``||A||_F`` exactly: it is used
-    for :class:`rdr_jax.operators.DenseOperator` and
-    :class:`rdr_jax.operators.SparseOperator` inputs when ``tol^2 >= 1e3 eps`` (above the
-    rounding level of the difference); otherwise ``j = rank`` (the sketch-based rank) and
-    ``W = C^+ A``.
+    ``j <= rank`` with ``||A - C_j W_j||_F <= tol ||A||_F``, ``W_j = C_j^+ A``: one QR of C
+    and one pass ``B = Q^H A`` give every prefix's error (``docs/id-cur.md``, "Fixed
+    accuracy"). Exact for a dense A; otherwise ``||A - Q B||_F`` is estimated from
+    ``FINAL_VECTORS`` fresh Gaussian vectors drawn from ``key`` (bounded with
+    ``failure_prob``). Why: the loop's sketch-based rank overshoots by up to a block.
 
     Args:
+      key: ``jax.random.key`` (not used for a dense A).
       op: the matrix A (anything :func:`rdr_jax.operators.as_operator` accepts).
       cols: (max_rank,) int skeleton column indices (entries past ``rank`` ignored).
       C: (m, max_rank) ``A(:, cols)`` (columns past ``rank`` ignored).
       rank: int scalar (may be traced), number of valid columns.
       tol: relative Frobenius tolerance in (0, 1) (may be traced).
-      estimate: relative error returned when the prefix is not computed exactly (e.g. the
-        ``error_estimate`` of :func:`adaptive_column_skeletons`); default NaN.
+      failure_prob: None, or in (0, 1): choose the prefix by an upper bound that holds with
+        probability ``>= 1 - failure_prob``.
 
     Returns:
-      ``(j, W, rel_err)``: ``j`` int32 scalar; ``W`` (max_rank x n) with rows past ``j``
-      zero and ``W[:j, cols[:j]] = I``, so ``A ~ C[:, :j] @ W[:j]``; ``rel_err`` the exact
-      ``||A - C_j W||_F / ||A||_F`` (up to rounding), or ``estimate`` when not computed.
-
-    Example:
-      >>> res = adaptive_column_skeletons(key, A, 1e-3)
-      >>> C = A[:, res.cols]
-      >>> j, W, err = exact_prefix(A, res.cols, C, res.rank, 1e-3,
-      ...                          estimate=res.error_estimate)
+      :class:`Prefix` ``(rank, W, error, bound, met)``; ``A ~ C[:, :rank] @ W[:rank]``.
     """
+    if not _is_key(key):                # 0.2.0: exact_prefix(op, cols, C, rank, tol, ...)
+        DEP.warn("exact_prefix(op, cols, C, rank, tol) -> (j, W, rel)",
+                 "exact_prefix(key, op, cols, C, rank, tol) -> Prefix (non-dense operators "
+                 "are truncated too, from fresh vectors of key)")
+        old.pop("estimate", None)
+        old.pop("return_factor", None)
+        if old:
+            raise TypeError(f"exact_prefix() got unexpected keyword argument(s) {sorted(old)}")
+        res = exact_prefix(jax.random.key(0), key, op, cols, C, rank,    # shifted by one
+                           failure_prob=failure_prob)
+        return res.rank, res.W, res.error
+    if old:
+        raise TypeError(f"exact_prefix() got unexpected keyword argument(s) {sorted(old)}")
+    key = V.check_key(key)
     op = as_operator(op)
     C = jnp.asarray(C)
     cols = jnp.asarray(cols)
@@ -598,6 +722,5 @@ def exact_prefix(op: Any, cols, C, rank, tol, *, estimate=None, return_factor: b
             isinstance(rank, (jax.Array, np.ndarray)) and rank.shape == ()
             and jnp.issubdtype(rank.dtype, jnp.integer)):
         V.check_int("rank", rank, low=0, high=C.shape[1], high_desc="max_rank = C.shape[1]")
-    if estimate is None:
-        estimate = jnp.nan
-    return _exact_prefix_jit(op, cols, C, rank, tol, estimate, return_factor=return_factor)
+    return _exact_prefix_jit(key, op, cols, C.astype(op.dtype), rank, tol,
+                             check_failure_prob(failure_prob))
