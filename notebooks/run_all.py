@@ -7,14 +7,15 @@
 
 Each notebook is executed top to bottom by nbclient (kernel ``python3``, working directory
 ``notebooks/``) on its ``default`` run size -- the "quick but meaningful" setting whose
-outputs are committed -- and written back with its outputs. Before the run the two header
-cells are (re)written from this file: a Colab badge pointing at ``GITHUB_REPO`` and an
-install cell that works in a fresh Colab runtime, keeps Colab's accelerator jax (jax, jaxlib
-and their CUDA/TPU plugins pinned as installed) and does nothing elsewhere. After the run
-volatile metadata (execution timestamps, widget state, the kernel's Python version) is
-dropped and the SHA-256 of the code cells is recorded in ``metadata.rdr_jax.code_sha256``,
-so that ``--check`` (and ``tests/test_notebooks.py``) can tell when a committed notebook's
-code no longer matches the outputs stored beside it.
+outputs are committed -- and written back with its outputs. Before the run the header cell
+is (re)written from this file: an install cell that works in a fresh Colab runtime from an
+uploaded copy of the repository (rdr_jax has no public repository to clone and is not on
+PyPI), keeps Colab's accelerator jax (jax, jaxlib and their CUDA/TPU plugins pinned as
+installed) and does nothing elsewhere. After the run volatile metadata (execution timestamps,
+widget state, the kernel's Python version) is dropped and the SHA-256 of the other code cells
+is recorded in ``metadata.rdr_jax.code_sha256``, so that ``--check`` (and
+``tests/test_notebooks.py``) can tell when a committed notebook's code no longer matches the
+outputs stored beside it.
 
 Run sizes (each notebook reads them from the environment in its first code cell):
 ``quick`` (``RDR_JAX_QUICK=1``, what CI executes), ``default`` (neither variable set: the
@@ -38,16 +39,18 @@ import time
 import nbformat
 from nbclient import NotebookClient
 
-# The GitHub path (owner/name) the badges and the Colab install cell point at. Set it to the
-# repository's real path, then rerun this script so every notebook's header follows.
-GITHUB_REPO = "rdr-jax/rdr_jax"
-BRANCH = "main"
+# rdr_jax has no public repository (nothing to clone, no "Open in Colab" badge to point at):
+# on Colab, the install cell unpacks a copy of the repository uploaded as this archive, made in
+# a clone with ARCHIVE_COMMAND (one top folder, rdr_jax/)
+COLAB_ARCHIVE = "/content/rdr_jax.zip"
+ARCHIVE_COMMAND = "git archive --format=zip --prefix=rdr_jax/ -o rdr_jax.zip HEAD"
 
 NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parent
 REPO_ROOT = NOTEBOOK_DIR.parent
 MAX_BYTES = 1_500_000
 SETTINGS = ("quick", "default", "full")
 CELL_TIMEOUT_S = 1800
+# the header cell's id; BADGE_ID: the "Open in Colab" badge cell of earlier versions (removed)
 BADGE_ID, INSTALL_ID = "colab-badge", "colab-install"
 HEADLINE_TAG = "headline"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -70,17 +73,6 @@ def notebooks() -> list[pathlib.Path]:
     return sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 
 
-def colab_url(name: str) -> str:
-    """Colab's URL for ``notebooks/<name>`` of ``GITHUB_REPO`` at ``BRANCH``."""
-    return f"https://colab.research.google.com/github/{GITHUB_REPO}/blob/{BRANCH}/notebooks/{name}"
-
-
-def badge_source(name: str) -> str:
-    """The first cell: an "Open in Colab" badge for the notebook file ``name``."""
-    return ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-            f"({colab_url(name)})")
-
-
 def colab_requirements(path: pathlib.Path = REPO_ROOT / "requirements.txt") -> list[str]:
     """The runtime requirements of ``requirements.txt`` without jax/jaxlib, the dev tools and
     what only the benchmarks use.
@@ -99,10 +91,12 @@ def colab_requirements(path: pathlib.Path = REPO_ROOT / "requirements.txt") -> l
 
 
 def install_source() -> str:
-    """The second cell: installs rdr_jax in a fresh Colab runtime, does nothing elsewhere.
+    """The first cell: installs rdr_jax in a fresh Colab runtime, does nothing elsewhere.
 
-    It clones the repository (the notebooks import ``experiments/`` and read paths relative
-    to ``notebooks/``) and installs rdr_jax from the clone with ``--no-deps``. Colab's
+    It unpacks the copy of the repository the user uploaded as ``COLAB_ARCHIVE`` (the
+    notebooks import ``experiments/`` and read paths relative to ``notebooks/``, so the
+    notebook file alone is not enough; without the archive it raises an error that says how
+    to make it) and installs rdr_jax from it with ``--no-deps``. Colab's
     accelerator jax must survive: the cell writes a pip constraints file (``CONSTRAINTS``)
     pinning ``jax``, ``jaxlib`` and any installed CUDA/ROCm plugin or ``libtpu`` to the
     installed versions, and installs the other runtime requirements under it (``-c``), with
@@ -110,18 +104,25 @@ def install_source() -> str:
     versions compatible with Colab's jax) but can never upgrade, downgrade or swap jax or its
     plugins, e.g. for the CPU wheel.
     """
-    repo = f"https://github.com/{GITHUB_REPO}"
     reqs = " ".join(f'"{r}"' for r in colab_requirements())
     return f"""\
-# Colab: get rdr_jax (this cell does nothing in a local checkout or in CI). Colab's accelerator
-# jax stays: jax, jaxlib and any CUDA/TPU plugin are pinned to the installed versions in a pip
-# constraints file, so only the missing requirements are added; then we work from notebooks/.
+# Colab: get rdr_jax (this cell does nothing in a local checkout or in CI). rdr_jax is not on
+# PyPI and has no public repository: in a clone, run
+#     {ARCHIVE_COMMAND}
+# upload rdr_jax.zip with Colab's Files panel (to /content), then run this cell. Colab's
+# accelerator jax stays: jax, jaxlib and any CUDA/TPU plugin are pinned to the installed
+# versions in a pip constraints file, so only the missing requirements are added; then we work
+# from notebooks/.
 import os
 import sys
 
 if "google.colab" in sys.modules:
     if not os.path.isdir("/content/rdr_jax"):
-        !git clone -q --depth 1 --branch {BRANCH} {repo} /content/rdr_jax
+        if not os.path.isfile("{COLAB_ARCHIVE}"):
+            raise FileNotFoundError(
+                "upload a copy of the rdr_jax repository as {COLAB_ARCHIVE}, made in a clone "
+                "with: {ARCHIVE_COMMAND}")
+        !unzip -q {COLAB_ARCHIVE} -d /content
         import re
         from importlib import metadata
         import jax
@@ -138,18 +139,19 @@ if "google.colab" in sys.modules:
 
 
 def code_sha256(nb) -> str:
-    """SHA-256 of the notebook's code cells (their sources, in order)."""
-    sources = [c.source for c in nb.cells if c.cell_type == "code"]
+    """SHA-256 of the notebook's code cells (their sources, in order), the install cell left
+    out: it is checked against :func:`install_source` and does nothing outside Colab, so
+    changing it never makes the outputs stale."""
+    sources = [c.source for c in nb.cells if c.cell_type == "code" and c.get("id") != INSTALL_ID]
     return hashlib.sha256(json.dumps(sources).encode()).hexdigest()
 
 
 def set_header(nb, name: str) -> None:
-    """Put the badge and install cells first (replacing older versions of them)."""
+    """Put the install cell first (replacing older versions of it and of the badge cell)."""
     nb.cells = [c for c in nb.cells if c.get("id") not in (BADGE_ID, INSTALL_ID)]
-    badge = nbformat.v4.new_markdown_cell(badge_source(name))
     install = nbformat.v4.new_code_cell(install_source())
-    badge.id, install.id = BADGE_ID, INSTALL_ID
-    nb.cells[:0] = [badge, install]
+    install.id = INSTALL_ID
+    nb.cells[:0] = [install]
 
 
 def strip_volatile(nb) -> None:
@@ -259,8 +261,8 @@ def images(nb) -> int:
 def check(path: pathlib.Path) -> list[str]:
     """Problems with the committed notebook at ``path`` (empty when it is current).
 
-    Checks: the header cells equal what this script writes (badge for ``GITHUB_REPO``,
-    install cell); the code cells hash to the recorded ``metadata.rdr_jax.code_sha256``
+    Checks: the header cell equals what this script writes (the install cell; no Colab
+    badge); the code cells hash to the recorded ``metadata.rdr_jax.code_sha256``
     (otherwise the outputs are stale); every code cell ran, in order, without an error;
     the run was not the CI-sized ``quick`` one; a notebook that plots holds at least one
     image; the headline cell printed its verdicts and all are ``HELD``; no volatile
@@ -272,12 +274,11 @@ def check(path: pathlib.Path) -> list[str]:
         problems.append(f"{size / 1e6:.2f} MB > {MAX_BYTES / 1e6:.1f} MB")
     nb = nbformat.read(path, as_version=4)
     cells = nb.cells
-    if not (len(cells) > 1 and cells[0].cell_type == "markdown"
-            and cells[0].source == badge_source(path.name)):
-        problems.append(f"first cell is not the Colab badge for {GITHUB_REPO}")
-    if not (len(cells) > 1 and cells[1].cell_type == "code"
-            and cells[1].source == install_source()):
-        problems.append("second cell is not the current Colab install cell")
+    if not (len(cells) > 1 and cells[0].cell_type == "code"
+            and cells[0].source == install_source()):
+        problems.append("first cell is not the current Colab install cell")
+    if any(c.get("id") == BADGE_ID or "colab-badge" in c.source for c in cells):
+        problems.append("a Colab badge (there is no public repository for it to open)")
     meta = nb.metadata.get("rdr_jax", {})
     if meta.get("code_sha256") != code_sha256(nb):
         problems.append("stale outputs: code cells changed since the recorded run "

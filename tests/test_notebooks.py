@@ -48,9 +48,9 @@ def test_committed_outputs(path):
     assert run_all.images(nb) >= 1                      # every chapter notebook shows a figure
     verdicts = run_all.headline_verdicts(nb)
     assert verdicts and set(verdicts) == {"HELD"}
-    url = (f"https://colab.research.google.com/github/{run_all.GITHUB_REPO}/blob/"
-           f"{run_all.BRANCH}/notebooks/{path.name}")
-    assert url in nb.cells[0].source and "colab-badge.svg" in nb.cells[0].source
+    # no "Open in Colab" badge (no public repository to open); the install cell comes first
+    assert not any("colab.research.google.com" in c.source for c in nb.cells)
+    assert nb.cells[0].source == run_all.install_source()
 
 
 def _write(nb, tmp_path, name):
@@ -69,9 +69,17 @@ def test_check_catches_stale_and_broken_notebooks(tmp_path):
     last.source += "\nprint('edited')"
     assert any("stale" in p for p in run_all.check(_write(edited, tmp_path, path.name)))
 
-    moved = copy.deepcopy(nb)                            # badge for another repository
-    moved.cells[0].source = moved.cells[0].source.replace(run_all.GITHUB_REPO, "someone/fork")
-    assert any("badge" in p for p in run_all.check(_write(moved, tmp_path, path.name)))
+    badge = copy.deepcopy(nb)                            # a Colab badge (placeholder URL)
+    badge.cells.insert(0, nbformat.v4.new_markdown_cell(
+        "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+        "(https://colab.research.google.com/github/someone/fork/blob/main/x.ipynb)"))
+    assert any("badge" in p for p in run_all.check(_write(badge, tmp_path, path.name)))
+
+    old_install = copy.deepcopy(nb)                      # an outdated install cell
+    old_install.cells[0].source = old_install.cells[0].source.replace("unzip", "git clone")
+    problems = run_all.check(_write(old_install, tmp_path, path.name))
+    assert any("install cell" in p for p in problems)
+    assert not any("stale" in p for p in problems)       # it is not part of the code hash
 
     cleared = copy.deepcopy(nb)                          # committed without outputs
     for c in cleared.cells:
@@ -127,8 +135,8 @@ class _Dist:
 
 def test_install_cell_commands_in_colab(monkeypatch):
     """Run the install cell with IPython's transformations, a fake ``google.colab``, fake
-    installed distributions and recorded shell/pip commands and files: it clones GITHUB_REPO,
-    installs rdr_jax without its dependencies, writes pip constraints pinning jax, jaxlib and
+    installed distributions and recorded shell/pip commands and files: it unpacks the uploaded
+    copy of the repository (COLAB_ARCHIVE), installs rdr_jax without its dependencies, writes pip constraints pinning jax, jaxlib and
     the accelerator plugins to the installed versions, and installs the requirements under
     them with jax and jaxlib pinned."""
     import importlib.metadata
@@ -165,10 +173,10 @@ def test_install_cell_commands_in_colab(monkeypatch):
     code = TransformerManager().transform_cell(run_all.install_source())
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
     monkeypatch.setattr(os.path, "isdir", lambda p: False)
+    monkeypatch.setattr(os.path, "isfile", lambda p: p == run_all.COLAB_ARCHIVE)
     monkeypatch.setattr(os, "chdir", lambda p: calls.append(("chdir", p)))
     exec(code, {"get_ipython": Shell, "__builtins__": dict(vars(builtins), open=fake_open)})
-    assert calls[0] == ("!", f"git clone -q --depth 1 --branch {run_all.BRANCH} "
-                             f"https://github.com/{run_all.GITHUB_REPO} /content/rdr_jax")
+    assert calls[0] == ("!", f"unzip -q {run_all.COLAB_ARCHIVE} -d /content")
     assert calls[1] == ("pip", "install -q --no-deps /content/rdr_jax")
     # the constraints: Colab's jax, jaxlib and accelerator plugins, as installed, nothing else
     assert written[run_all.CONSTRAINTS].splitlines() == sorted([
@@ -185,6 +193,15 @@ def test_install_cell_commands_in_colab(monkeypatch):
     assert "--upgrade" not in calls[2][1] and " -U " not in calls[2][1]
     assert calls[3] == ("chdir", "/content/rdr_jax/notebooks")
     assert len(calls) == 4
+
+
+def test_install_cell_without_the_archive_says_how_to_make_it(monkeypatch):
+    code = TransformerManager().transform_cell(run_all.install_source())
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    monkeypatch.setattr(os.path, "isdir", lambda p: False)
+    monkeypatch.setattr(os.path, "isfile", lambda p: False)
+    with pytest.raises(FileNotFoundError, match="git archive --format=zip --prefix=rdr_jax/"):
+        exec(code, {"get_ipython": None, "__builtins__": builtins})
 
 
 def test_install_cell_does_nothing_outside_colab(monkeypatch):
