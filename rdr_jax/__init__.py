@@ -9,8 +9,8 @@ Main functions (the key is always the first argument):
   lives in :mod:`rdr_jax.id_cur`.
 * Rangefinder and SVD: :func:`rangefinder`, :func:`rsvd`; error bounds: :func:`error_bound`.
 * Chapter 3, canonical angles: :mod:`rdr_jax.angles`.
-* Chapters 4-5 (``pip install "rdr_jax[train]"``): :mod:`rdr_jax.dac`, :mod:`rdr_jax.adawac`,
-  :mod:`rdr_jax.models`, :mod:`rdr_jax.training`.
+* Chapters 4-5 (``pip install -e ".[train]"`` in a clone): :mod:`rdr_jax.dac`,
+  :mod:`rdr_jax.adawac`, :mod:`rdr_jax.models`, :mod:`rdr_jax.training`.
 * Inputs: :func:`as_operator` accepts dense arrays, scipy.sparse, BCOO, scipy LinearOperators,
   implicit and factored operators (:mod:`rdr_jax.operators`).
 """

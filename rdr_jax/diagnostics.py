@@ -149,7 +149,7 @@ def _num_matvecs_kwarg(args, kwargs, old):
 #: the exact spectral norm of a dense residual needs its float64 SVD, whose cost grows as
 #: ``m n min(m, n)``; by default (``spectral=None``) it is computed up to this much work: a
 #: 2000 x 1000 residual (0.6 s on one core of the project's CPU machine); 4000 x 2000 does 8x
-#: the work (5-20 s there), 6000 x 4000 about 40x (measurements: docs/performance.md)
+#: the work (4-30 s there), 6000 x 4000 48x (measurements: docs/performance.md)
 SPECTRAL_WORK_LIMIT = 1 << 31
 #: rows of the float64 residual formed at a time for the Frobenius norm alone (about 8 MB)
 _BLOCK_ENTRIES = 1 << 20

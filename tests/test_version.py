@@ -40,3 +40,23 @@ def test_installed_metadata_matches_the_package():
     assert installed == rdr_jax.__version__, (
         f"installed metadata says {installed}, rdr_jax.__version__ {rdr_jax.__version__}: "
         "reinstall (pip install -e . --no-deps)")
+
+
+def test_install_instructions_work_from_a_clone():
+    """rdr_jax is not on PyPI and has no public repository: the README and the docs install
+    it from a clone (``pip install -e .``), and every extra they name exists."""
+    import re
+
+    texts = {p: p.read_text(encoding="utf-8") for p in
+             [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+              *sorted((ROOT / "rdr_jax").rglob("*.py"))]}
+    for path, text in texts.items():
+        assert not re.search(r"pip install (-U )?[\"']?rdr[_-]jax", text), path
+    readme = texts[ROOT / "README.md"]
+    assert "pip install -e ." in readme
+    tomllib = pytest.importorskip("tomllib")
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+                 ["project"]["optional-dependencies"])
+    named = {e for m in re.findall(r'pip install -e "\.\[([\w,]+)\]"', readme)
+             for e in m.split(",")}
+    assert named and named <= extras, named - extras
