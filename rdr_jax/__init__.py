@@ -63,7 +63,7 @@ def __getattr__(name):          # 0.1 names, one release of deprecation
     return _deprecation.moved_attribute(__name__, name)
 
 
-__version__ = "0.2.0"
+__version__ = "0.2.1"
 
 __all__ = [
     "angles", "certify", "diagnostics", "id_cur", "datasets", "matrices", "norms", "operators", "sketching",
