@@ -652,10 +652,12 @@ def interpolative_to_tolerance(key, A: Any, tol: float, *, side: str = "column",
     is at most ``tol`` (fixed accuracy, like ``scipy.linalg.interpolative.interp_decomp(A,
     eps)``).
 
-    Blocked randomized LUPP (beyond the thesis: Pearce et al. 2023, extending Algorithm 2) adds ``block_size`` skeletons at a time
-    until the estimated error is below ``tol``; with the exact interpolation (the default),
-    the shortest pivot prefix meeting ``tol`` is kept. Why: no rank to guess, one compiled
-    program for every tolerance (``tol`` is traced).
+    Blocked randomized LUPP (beyond the thesis: Pearce et al. 2023, extending Algorithm 2)
+    adds ``block_size`` skeletons at a time until its estimate is below ``tol``, the working
+    precision's floor or ``max_rank``; with the exact interpolation (the default) the shortest
+    skeleton prefix whose least-squares coefficients meet ``tol`` is kept
+    (``docs/id-cur.md``, "Fixed accuracy"). Why: no rank to guess, one compiled program for
+    every tolerance (``tol`` is traced), and a result that says whether it met ``tol``.
 
     Args:
       key, A, side: as :func:`interpolative`.
@@ -668,9 +670,12 @@ def interpolative_to_tolerance(key, A: Any, tol: float, *, side: str = "column",
         so the error is at most ``tol ||A||_F`` with probability ``>= 1 - failure_prob``.
 
     Returns:
-      :class:`ColumnID`, :class:`RowID` or :class:`TwoSidedID` padded to ``max_rank``:
-      ``rank`` is the rank found, ``error_estimate`` the estimated (or certified) relative
-      error; ``.trim()`` cuts the arrays to ``rank``.
+      :class:`ColumnID`, :class:`RowID` or :class:`TwoSidedID` padded to ``max_rank``
+      (``.trim()`` cuts it to ``rank``): ``error_estimate`` is the relative error of the
+      factors returned (exact for dense A, else from fresh random vectors; with
+      ``failure_prob`` the certified bound), ``converged`` whether it met ``tol``, and
+      ``stop_reason`` (:class:`~rdr_jax.StopReason`; ``.reason()`` in words) why not: the
+      precision floor of the dtype on this matrix, or ``max_rank``. Eager calls warn then.
     """
     _check_side(side)
     delta = None if failure_prob is None else CE.check_failure_prob(failure_prob)
