@@ -348,13 +348,14 @@ def _column_id(key, op, sz: SL.Sizes, opts: _Options):
     rank = jnp.asarray(sz.k, jnp.int32)
     est = _no_estimate(op)
     if not two:
-        return ColumnID(J, C, W, piv.eta, rank, nr, est, *_FIXED)
+        return ColumnID(J, C, W, piv.eta, rank, nr, est, *_fixed_rank_flags())
     if lu is not None:                                                     # Line 4
         rp = SL.rows_from_lu(lu, L.ct(sol[1]), sz)
     else:
         rp = SL.pivot_rows(k2, C, sz, method, piv.Uk)
     S = jnp.where(valid[:, None], C[rp.rows], 0)
-    return TwoSidedID(rp.rows, J, rp.W, S, W, piv.eta, rp.eta, rank, nr, est, *_FIXED)
+    return TwoSidedID(rp.rows, J, rp.W, S, W, piv.eta, rp.eta, rank, nr, est,
+                      *_fixed_rank_flags())
 
 
 def _no_estimate(op):
@@ -362,14 +363,9 @@ def _no_estimate(op):
     return jnp.full((), jnp.nan, V.real_dtype(op.dtype))
 
 
-class _Fixed:
+def _fixed_rank_flags():
     """``(converged, stop_reason)`` of a fixed-rank result: ``(True, FIXED_RANK)``."""
-
-    def __iter__(self):
-        return iter((jnp.ones((), bool), jnp.asarray(FA.StopReason.FIXED_RANK, jnp.int32)))
-
-
-_FIXED = _Fixed()
+    return jnp.ones((), bool), jnp.asarray(FA.StopReason.FIXED_RANK, jnp.int32)
 
 
 @functools.partial(_jit.jit, static_argnames=("kb", "lb", "opts"))

@@ -1,8 +1,10 @@
 """Fixed-accuracy interpolative decompositions: blocked randomized LUPP with an unbiased
-residual estimate, as one traceable ``jax.lax.while_loop`` (beyond the thesis: it extends Algorithm 2; Pearce, Chen,
-Dong and Martinsson 2023). The rank is chosen so that ``||A - W A(rows, :)||_F <~ tol ||A||_F``;
-with ``failure_prob`` the stop is certified. Algorithm, certified stopping and scaling:
-``docs/id-cur.md`` ("Fixed accuracy").
+residual estimate, as one traceable ``jax.lax.while_loop`` (beyond the thesis: it extends
+Algorithm 2; Pearce, Chen, Dong and Martinsson 2023), then the shortest skeleton prefix whose
+least-squares coefficients meet the tolerance (:func:`exact_prefix`). The rank is chosen so
+that ``||A - A_hat||_F <= tol ||A||_F``; the result says whether it was met and why not
+(:class:`StopReason`); with ``failure_prob`` the stop is certified. Algorithm, the precision
+floor, certified stopping and scaling: ``docs/id-cur.md`` ("Fixed accuracy").
 """
 
 from __future__ import annotations
@@ -43,17 +45,6 @@ FLOOR_ULPS = 64
 FLOOR_BLOCKS = 2
 
 
-def describe(stop_reason) -> str:
-    """The :class:`StopReason` of a (concrete) ``stop_reason`` in words."""
-    r = StopReason(int(stop_reason))
-    return {StopReason.TOLERANCE: "tolerance met",
-            StopReason.PRECISION_FLOOR: "precision floor reached",
-            StopReason.MAX_RANK: "max_rank reached",
-            StopReason.NOT_FINITE: "A is not finite",
-            StopReason.RESAMPLE: "final check missed the tolerance (resample)",
-            StopReason.FIXED_RANK: "fixed rank"}[r]
-
-
 class StopReason(enum.IntEnum):
     """Why a fixed-accuracy decomposition stopped (the ``stop_reason`` field, an int32).
 
@@ -74,6 +65,17 @@ class StopReason(enum.IntEnum):
     FIXED_RANK = 5
 
 
+def describe(stop_reason) -> str:
+    """The :class:`StopReason` of a (concrete) ``stop_reason`` in words."""
+    r = StopReason(int(stop_reason))
+    return {StopReason.TOLERANCE: "tolerance met",
+            StopReason.PRECISION_FLOOR: "precision floor reached",
+            StopReason.MAX_RANK: "max_rank reached",
+            StopReason.NOT_FINITE: "A is not finite",
+            StopReason.RESAMPLE: "final check missed the tolerance (resample)",
+            StopReason.FIXED_RANK: "fixed rank"}[r]
+
+
 class AdaptiveRows(NamedTuple):
     """Fixed-accuracy row ID ``A ~ W A(rows, :)``, padded to ``max_rank``.
 
@@ -83,8 +85,9 @@ class AdaptiveRows(NamedTuple):
         ``W[rows[:rank], :rank] = I``.
       rank: int32 scalar.
       error_estimate: estimated ``||A - W A(rows, :)||_F / ||A||_F`` at ``rank`` from a
-        sketch the pivots never saw (the squared numerator is unbiased); 0 when the residual
-        is numerically zero; NaN if a sketch was not finite.
+        sketch the pivots never saw (the squared numerator is unbiased; at the precision
+        floor, the rounding level it measured, never 0 unless the residual is exactly 0); NaN
+        if a sketch was not finite.
       norm_estimate: estimated ``||A||_F`` (root of the mean of ``||A Omega||_F^2`` over all
         sketches drawn).
       converged: bool scalar, ``error_estimate <= tol`` (with ``failure_prob``: the
