@@ -10,7 +10,10 @@ the reasons are in ``docs/design.md`` ("The lean ID/CUR program").
   Newton-Schulz polish of ``(Q^H Q)^{-1}`` (randomized/LU preconditioning, one Cholesky);
 * :func:`norm2_bound` -- an upper bound on ``||T||_2`` from traces of powers of ``T T^H``
   (GEMMs only; at most ``k^(1/2^(s+1))`` above the norm);
-* :func:`solve_triangular` -- ``jax.lax.linalg.triangular_solve`` with named arguments.
+* :func:`solve_triangular` -- a triangular solve with named arguments.
+
+On CPU every factorisation and solve here is an XLA program (``rdr_jax._src.dense``), not an
+OpenBLAS call (whose spinning worker threads slow XLA's GEMMs; issue 30).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from rdr_jax._src import dense
 
 HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -56,9 +61,8 @@ def real_dtype(dtype):
 def solve_triangular(a, b, *, left: bool, lower: bool, trans: bool = False,
                      unit: bool = False):
     """``op(a)^{-1} b`` (``left``) or ``b op(a)^{-1}``, ``op(a) = a^H`` when ``trans``."""
-    return jax.lax.linalg.triangular_solve(a, b, left_side=left, lower=lower,
-                                           transpose_a=trans, conjugate_a=trans,
-                                           unit_diagonal=unit)
+    return dense.triangular_solve(a, b, left_side=left, lower=lower, transpose_a=trans,
+                                  conjugate_a=trans, unit_diagonal=unit)
 
 
 def pad_to(x, shape):
@@ -91,9 +95,9 @@ def sketch_qr(X1_aug, with_inverse: bool = True):
     l = rows - kb
     if with_inverse:
         eye = jnp.broadcast_to(jnp.eye(rows, l, dtype=X1_aug.dtype), (*batch, rows, l))
-        R = jnp.linalg.qr(jnp.concatenate([X1_aug, eye], axis=-1), mode="r")
+        R = dense.qr_r(jnp.concatenate([X1_aug, eye], axis=-1), kb)
         return jnp.triu(R[..., :kb, :kb]), R[..., :kb, kb:]
-    R = jnp.linalg.qr(X1_aug, mode="r")
+    R = dense.qr_r(X1_aug, kb)
     return jnp.triu(R[..., :kb, :kb]), None
 
 
@@ -201,8 +205,7 @@ def _cholesky(G):
     rdt = real_dtype(G.dtype)
     dg = jnp.real(jnp.diagonal(G, axis1=-2, axis2=-1)).astype(rdt)
     s = eps(rdt) * jnp.sum(dg, axis=-1)
-    L = jax.lax.linalg.cholesky(G + (s[..., None, None] * jnp.eye(k, dtype=rdt)).astype(G.dtype),
-                                symmetrize_input=False)
+    L = dense.cholesky(G + (s[..., None, None] * jnp.eye(k, dtype=rdt)).astype(G.dtype))
     jacobi = jnp.sqrt(jnp.maximum(dg, jnp.finfo(rdt).tiny))[..., None, :] * jnp.eye(k, dtype=rdt)
     ok = jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
     return jnp.where(ok[..., None, None], L, jacobi.astype(G.dtype))

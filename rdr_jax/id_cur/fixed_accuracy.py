@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Inexact, Int
 
+from rdr_jax._src import dense
 from rdr_jax._src import jit as _jit
 from rdr_jax._src import fp as _fp
 from rdr_jax import certify as CE
@@ -222,7 +223,7 @@ def _extend(W, I, s, S, rs, limit, b):
     kept)."""
     m, bp = S.shape
     eps = jnp.finfo(W.dtype).eps
-    lu, _, perm = jax.lax.linalg.lu(S)
+    lu, _, perm = dense.lu(S)
     piv = jnp.abs(jnp.diagonal(lu[:b, :b]))
     # numerically zero pivots: relative to the block's largest, or at the rounding level of
     # their own row (rs: row norms of Y and W Y(I, :), whose difference S is)
@@ -619,7 +620,7 @@ def _prefix_impl(key, op, cols, C, rank, tol, delta, with_factor=False):
     Rj = jnp.where(keep[:, None] & keep[None, :], Rc, 0)
     Rj = Rj - jnp.diag(jnp.diagonal(Rj)) + jnp.diag(new_diag)
     Bj = jnp.where(keep[:, None], B, 0)
-    W = jax.lax.linalg.triangular_solve(Rj, Bj, left_side=True, lower=False)
+    W = dense.triangular_solve(Rj, Bj, left_side=True, lower=False)
     W = jnp.where(keep[:, None], W, 0)
     rho = _sq(Bj - jnp.matmul(jnp.where(keep[:, None] & keep[None, :], Rc, 0), W,
                               precision=HIGHEST), k).astype(rdt)

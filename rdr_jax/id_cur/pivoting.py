@@ -11,7 +11,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from rdr_jax._src import fp as _fp, linalg as _linalg
+from rdr_jax._src import dense, fp as _fp, linalg as _linalg
 from rdr_jax.operators import HIGHEST
 
 __all__ = ["BackendError", "lupp", "cpqr", "leverage_scores", "leverage", "maxvol_refine",
@@ -61,7 +61,7 @@ def lupp(X: jax.Array, k: int) -> jax.Array:
     Returns:
       ``J`` (k,) int32, distinct column indices in pivot order.
     """
-    _, _, perm = jax.lax.linalg.lu(_fp.normalize(X[:k])[0].T)
+    _, _, perm = dense.lu(_fp.normalize(X[:k])[0].T)
     return perm[:k].astype(jnp.int32)
 
 

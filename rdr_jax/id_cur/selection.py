@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rdr_jax._src import jit as _jit
+from rdr_jax._src import dense
 from rdr_jax._src import linalg as L
 from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
@@ -70,7 +71,7 @@ class LUPP(_Pivot):
     def select(self, key, X, k):
         # X is unit-scaled by the pipeline (pivot_block): partial pivoting on it directly
         # gives P.lupp's pivots (a power-of-two scaling changes no comparison)
-        return jax.lax.linalg.lu(X[:k].T)[2][:k].astype(jnp.int32)
+        return dense.lu(X[:k].T)[2][:k].astype(jnp.int32)
 
 
 def _cpqr_backend(impl: str, what: str) -> None:
@@ -592,7 +593,7 @@ def lu_rows(C, sz: Sizes) -> RowLU:
     """Line 4 with LUPP: one getrf of the (unit-scaled) skeleton block C (m x kb)."""
     m = C.shape[0]
     valid = sz.valid()
-    lu, _, perm = jax.lax.linalg.lu(L.unit_scale(C))
+    lu, _, perm = dense.lu(L.unit_scale(C))
     Lf = jnp.tril(lu[:, :sz.kb], -1) + jnp.eye(m, sz.kb, dtype=C.dtype)
     both = (valid[:, None] & valid[None, :]) | jnp.eye(sz.kb, dtype=bool)
     L1 = jnp.where(both, Lf[:sz.kb], 0)
@@ -673,14 +674,34 @@ def plan(method: "Method", k: int, l: int, shape) -> Sizes:
 
 def trim(res, k: int, fields: dict):
     """The padded result ``res`` cut to rank k: ``fields`` maps a field name to the axis of
-    length kb to cut (a static slice, under jit too)."""
+    length kb to cut. Under jit a static slice; an eager result on one CPU device is cut as a
+    host view copied into a new buffer (:func:`_cut_eager`), so a rank sweep compiles no
+    program per k."""
     def cut(x, axes):
         for ax in (axes if isinstance(axes, tuple) else (axes,)):
             if x.shape[ax] != k:
-                x = jax.lax.slice_in_dim(x, 0, k, axis=ax)
+                x = _cut_eager(x, k, ax) if _host_cuttable(x) else jax.lax.slice_in_dim(
+                    x, 0, k, axis=ax)
         return x
     return res._replace(**{f: cut(getattr(res, f), ax) for f, ax in fields.items()
                            if getattr(res, f) is not None})
+
+
+def _host_cuttable(x) -> bool:
+    """A concrete array on a single CPU device (its host view costs no transfer)."""
+    if not V.is_concrete(x) or not isinstance(x, jax.Array):
+        return False
+    devs = x.sharding.device_set
+    return len(devs) == 1 and next(iter(devs)).platform == "cpu"
+
+
+def _cut_eager(x, k: int, axis: int):
+    """``x[..., :k, ...]`` along ``axis`` without compiling an XLA slice for this k: the CPU
+    buffer's host view, cut and copied to a new array on the same device."""
+    view = np.asarray(x)
+    idx = [slice(None)] * view.ndim
+    idx[axis] = slice(0, k)
+    return jax.device_put(np.ascontiguousarray(view[tuple(idx)]), x.sharding)
 
 
 # --------------------------------------------------------------------------------------
