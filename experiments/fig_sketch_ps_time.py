@@ -26,8 +26,8 @@ and cannot make a claim HELD:
 Each is written to ``results.json`` as ``{id, claim, held, detail, thesis_label, wording}``
 (plus ``reason`` with the measured ratios and spreads when not held). (The thesis measured
 this in Julia with LowRankApprox.jl; here every embedding is the rdr_jax one on the current
-JAX backend, so on a 2-core CPU the SRTT (a DCT of the whole m x n matrix) can well lose to
-the Gaussian GEMM.)
+JAX backend; on a 2-core CPU the SRTT's fixed cost (its draw: two sort-based permutations of
+m) and a memory-bound Gaussian GEMM at small l can make the Gaussian win there.)
 
 What is timed, for each m in ``--ms``, each l in ``--ls`` (A is a dense m x n Gaussian matrix,
 ``--dtype`` float64 by default; n = 1000 in full mode as in the thesis text, n = 100 in quick

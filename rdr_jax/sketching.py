@@ -213,27 +213,174 @@ def _gaussian(key, l: int, m: int, *, dtype=None, generator: str = "hash") -> Ga
 # --------------------------------------------------------------------------------------
 # SRTT
 # --------------------------------------------------------------------------------------
-def _hartley(X, axis=0):
-    F = jnp.fft.fft(X, axis=axis, norm="ortho")
-    return (F.real - F.imag).astype(X.dtype)
+# Gamma = sqrt(m/l) P T Phi Pi is applied without a transform of the whole m x n matrix.
+# Each transform T is a length-m DFT of reordered rows: y_k = c_k Re(e^{-i pi k/2m} V_k) for
+# the DCT-II with Makhoul's order v = (x_0, x_2, x_4, ..., x_5, x_3, x_1); y_k = Re V_k - Im V_k
+# for the Hartley transform; y_k = V_k for the DFT (V_k = sum_j v_j e^{-2 pi i jk/m}). The
+# reorder is folded into Pi (one gather), and only the l rows of P are needed: with m = p q,
+# V_k = sum_{j1 < p} e^{-2 pi i j1 k/m} Z[j1, k mod q], Z[j1] = DFT_q(v_{j1}, v_{j1+p}, ...),
+# so each group of q gathered rows gets one FFT of length q along its last axis (after an
+# in-cache transpose) and l twiddled terms: O(mn log q + mnl/q), A read once, in place.
+# Twiddle phases are exact integers mod 4m (no float argument reduction). For l <= 32 the
+# explicit l x m matrix (same phases) times A is cheaper (a GEMM like the Gaussian's).
+_SRTT_DENSE_MAX_L = 32      # impl="auto": at most this many rows -> explicit Gamma @ A
+_SRTT_MIN_Q = 256           # smallest FFT length (a divisor of m) of the row groups
+_SRTT_TILE = 2 ** 19        # CPU: elements of A per loop step (one group of q rows x columns)
 
 
-_TRANSFORMS = {
-    # name: (forward along axis 0, adjoint along axis 0)
-    "dct": (lambda X: jax.scipy.fft.dct(X, type=2, norm="ortho", axis=0),
-            lambda X: jax.scipy.fft.idct(X, type=2, norm="ortho", axis=0)),
-    "hartley": (_hartley, _hartley),  # the orthonormal DHT is symmetric and involutory
-    "fft": (lambda X: jnp.fft.fft(X, axis=0, norm="ortho"),
-            lambda X: jnp.fft.ifft(X, axis=0, norm="ortho")),
-}
+def _divisors(x: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(x) + 1) if x % d == 0]
+    return sorted(set(small + [x // d for d in small]))
+
+
+def _mulmod(a, b, M: int, amax: int, bmax: int):
+    """``(a * b) mod M`` exactly in uint32 for integers ``0 <= a <= amax < M``, ``0 <= b <=
+    bmax``, ``M < 2**31`` (one product when it fits in 32 bits, else digit by digit)."""
+    a, b = jnp.asarray(a, jnp.uint32), jnp.asarray(b, jnp.uint32)
+    Mu = np.uint32(M)
+    if amax * bmax < 2 ** 32:
+        return (a * b) % Mu
+    c = 32 - (M - 1).bit_length()             # r * 2^c and a * digit stay below 2^32
+    r = jnp.zeros(jnp.broadcast_shapes(a.shape, b.shape), jnp.uint32)
+    for i in reversed(range(-(-bmax.bit_length() // c))):
+        d = (b >> np.uint32(i * c)) & np.uint32((1 << c) - 1)
+        r = ((r << np.uint32(c)) % Mu + (a * d) % Mu) % Mu
+    return r
+
+
+def _unit(phase, M: int, rdt):
+    """``(cos, sin)`` of ``-2 pi phase / M`` for integer phases in ``[0, M)``."""
+    ang = phase.astype(rdt) * np.asarray(-2 * np.pi / M, rdt)
+    return jnp.cos(ang), jnp.sin(ang)
+
+
+def _srtt_order(m: int, transform: str) -> np.ndarray:
+    """Row order v of the length-m DFT (Makhoul's for the DCT-II)."""
+    if transform == "dct":
+        return np.concatenate([np.arange(0, m, 2), np.arange(1, m, 2)[::-1]]).astype(np.int32)
+    return np.arange(m, dtype=np.int32)
+
+
+def _srtt_matrix(sk: SRTT, dt) -> jax.Array:
+    """Gamma (l x m) entry by entry from exact integer phases: ``Gamma[t, perm[j]] =
+    sqrt(m/l) T[rows[t], j] signs[j]``."""
+    m, l, rdt = sk.m, sk.l, V.real_dtype(dt)
+    j = jnp.arange(m, dtype=jnp.int32)
+    if sk.permute:                           # j = Pi^{-1}(i) for column i
+        j = jnp.zeros(m, jnp.int32).at[sk.perm].set(j, unique_indices=True)
+    s = sk.signs[j].astype(dt)[None, :]
+    k = sk.rows.astype(jnp.uint32)[:, None]
+    ju = j.astype(jnp.uint32)[None, :]
+    scale = math.sqrt(m / l)
+    if sk.transform == "dct":                # cos(pi (2j+1) k / 2m): phase (2jk + k) mod 4m
+        ph = (2 * _mulmod(ju, k, 2 * m, m - 1, m - 1) + k) % np.uint32(4 * m)
+        c = jnp.where(k == 0, scale / math.sqrt(m), scale * math.sqrt(2 / m)).astype(rdt)
+        return _unit(ph, 4 * m, rdt)[0] * c * s
+    wr, wi = _unit(_mulmod(ju, k, m, m - 1, m - 1), m, rdt)
+    c = np.asarray(scale / math.sqrt(m), rdt)
+    if sk.transform == "hartley":
+        return (wr - wi) * c * s
+    return jax.lax.complex(wr * c, wi * c) * s
+
+
+def _srtt_twiddles(rows, m: int, q: int, rdt, transform: str, scale: float):
+    """Column of Z and weights for each kept row k: real transforms ``y_k = sum_j1 P[j1, k]
+    Re Z[j1, col_k] + Q[j1, k] Im Z[j1, col_k]`` (Z from an rfft; ``col_k = k mod q`` folded
+    into ``[0, q/2]`` by conjugate symmetry); the DFT ``y_k = sum_j1 W[j1, k] Z[j1, k mod q]``."""
+    p = m // q
+    k = rows.astype(jnp.uint32)[None, :]
+    j1 = jnp.arange(p, dtype=jnp.uint32)[:, None]
+    r = (rows % q).astype(jnp.int32)
+    if transform == "dct":                   # e^{-i pi k (4 j1 + 1) / 2m}
+        wr, wi = _unit(_mulmod(4 * j1 + 1, k, 4 * m, 4 * p - 3, m - 1), 4 * m, rdt)
+        c = jnp.where(k == 0, scale / math.sqrt(m), scale * math.sqrt(2 / m)).astype(rdt)
+        P, Q = wr * c, -wi * c
+    else:                                    # e^{-2 pi i j1 k / m}
+        wr, wi = _unit(_mulmod(j1, k, m, p - 1, m - 1), m, rdt)
+        c = np.asarray(scale / math.sqrt(m), rdt)
+        if transform == "fft":
+            return r, (jax.lax.complex(wr * c, wi * c),)
+        P, Q = (wr - wi) * c, -(wr + wi) * c
+    flip = r > q // 2                        # Z[q - r] = conj(Z[r]) for real data
+    return jnp.where(flip, q - r, r), (P, jnp.where(flip, -Q, Q))
+
+
+def _srtt_fft(sk: SRTT, X, q: int, tile: int | None):
+    """``Gamma @ X`` through FFTs of length q over groups of q rows (see above); ``tile``: at
+    most this many elements per loop step (None: all groups at once)."""
+    (m, n), l, transform = X.shape, sk.l, sk.transform
+    p = m // q
+    order = _srtt_order(m, transform)
+    gidx = sk.perm[order] if sk.permute else jnp.asarray(order)
+    gsgn = sk.signs[order].astype(X.dtype)
+    idx = gidx.reshape(q, p).T               # group j1: rows v_{j1}, v_{j1+p}, ...
+    sgn = gsgn.reshape(q, p).T
+    col, wts = _srtt_twiddles(sk.rows, m, q, V.real_dtype(X.dtype), transform,
+                              math.sqrt(m / l))
+    if tile is None:
+        B, nc = p, n
+    else:
+        B, nc = 1, (n if q * n <= tile else max(8, tile // q))
+    xs = (idx.reshape(p // B, B, q), sgn.reshape(p // B, B, q)) + tuple(
+        w.reshape(p // B, B, l) for w in wts)
+
+    def part(c0, ncc):
+        def step(y, x):
+            ib, sb, *w = x
+            if c0 is None:
+                G = X[ib]
+            else:                            # rows ib, columns c0 .. c0 + ncc - 1
+                G = jax.vmap(lambda i: jax.lax.dynamic_slice(X, (i, c0), (1, ncc))[0])(
+                    ib.reshape(-1)).reshape(ib.shape + (ncc,))
+            G = jnp.swapaxes(G * sb[..., None], 1, 2)                   # (B, ncc, q)
+            if transform == "fft":
+                Zk = jnp.take(jnp.fft.fft(G, axis=-1), col, axis=2, mode="clip")
+                return y + jnp.sum(w[0][:, None, :] * Zk, axis=0), None
+            Z = jnp.fft.rfft(G, axis=-1)
+            re = jnp.take(Z.real, col, axis=2, mode="clip")
+            im = jnp.take(Z.imag, col, axis=2, mode="clip")
+            return y + jnp.sum(w[0][:, None, :] * re + w[1][:, None, :] * im, axis=0), None
+        y = jnp.zeros((ncc, l), X.dtype)
+        if p // B == 1:
+            return step(y, tuple(x[0] for x in xs))[0]
+        return jax.lax.scan(step, y, xs)[0]
+
+    if nc >= n:
+        return part(None, n).T
+    # column chunks of width nc; the last one overlaps its predecessor (same values)
+    def chunk(i, Y):
+        c0 = jnp.minimum(i * nc, n - nc).astype(jnp.int32)
+        return jax.lax.dynamic_update_slice_in_dim(Y, part(c0, nc), c0, axis=0)
+    return jax.lax.fori_loop(0, -(-n // nc), chunk, jnp.zeros((n, l), X.dtype)).T
+
+
+def _srtt_apply(sk: SRTT, A, impl: str):
+    dt = sk._out_dtype(A.dtype)
+    m, n = A.shape
+    if impl == "auto":
+        impl = "dense" if sk.l <= _SRTT_DENSE_MAX_L or n == 0 else "fft"
+    if impl == "dense":
+        return jnp.matmul(_srtt_matrix(sk, dt), A.astype(dt),
+                          precision=jax.lax.Precision.HIGHEST)
+    if sk.transform != "fft" and dt.kind == "c":   # a real transform of complex data
+        Y = _srtt_apply(sk, jnp.concatenate([A.real, A.imag], axis=1), impl)
+        return jax.lax.complex(Y[:, :n], Y[:, n:]).astype(dt)
+    X = A.astype(dt)
+    q = min((d for d in _divisors(m) if d >= max(_SRTT_MIN_Q, 2 * sk.l)), default=m)
+    return jax.lax.platform_dependent(
+        X, cpu=lambda X: _srtt_fft(sk, X, q, _SRTT_TILE),
+        default=lambda X: _srtt_fft(sk, X, q, None))
+
+_TRANSFORMS = ("dct", "hartley", "fft")   # orthonormal DCT-II, Hartley (real), DFT (complex)
 
 
 @pytree_dataclass(meta=("transform", "permute", "l", "m", "dtype_"))
 class SRTT(_Sketch):
     """Subsampled randomized trigonometric transform ``Gamma = sqrt(m/l) P T Phi Pi``, thesis
     Sec. 2.2.3 (2): a random row permutation ``Pi``, random signs ``Phi`` (unit phases for
-    complex), an orthonormal transform ``T`` and l uniformly chosen rows ``P``; O(mn log m)
-    for a dense m x n matrix.
+    complex), an orthonormal transform ``T`` and l uniformly chosen rows ``P``. A dense
+    m x n matrix costs O(mn log l) (FFTs of length ~max(256, 2l) over groups of rows, only
+    the l kept rows formed; ``apply_dense``), ``todense``/``adjoint_dense`` O(ml).
 
     Args:
       transform: ``"dct"`` or ``"hartley"`` (real), ``"fft"`` (complex); None picks ``"dct"``
@@ -267,34 +414,31 @@ class SRTT(_Sketch):
             transform = None  # a real transform for complex data (or vice versa): use the default
         return _srtt(key, l, m, dtype=dt, transform=transform, permute=self.permute)
 
-    def apply_dense(self, A):
-        dt = self._out_dtype(A.dtype)
-        X = A.astype(dt)
-        if self.permute:
-            X = X[self.perm]
-        X = X * self.signs.astype(dt)[:, None]
-        X = _TRANSFORMS[self.transform][0](X)
-        return X[self.rows] * np.asarray(math.sqrt(self.m / self.l), V.real_dtype(dt))
+    def apply_dense(self, A, *, impl: str = "auto"):
+        """``Gamma @ A`` for a dense A (m x n).
+
+        ``impl="fft"``: FFTs of length q over groups of q gathered rows (q a divisor of m,
+        about max(256, 2l)), O(mn log q + mnl/q), A read once; ``"dense"``: the explicit
+        l x m matrix times A, O(lmn); ``"auto"``: ``"dense"`` for l <= 32, else ``"fft"``.
+        Both give the same Gamma up to rounding.
+        """
+        if impl not in ("auto", "fft", "dense"):
+            raise ValueError(f"impl must be 'auto', 'fft' or 'dense'; got {impl!r}")
+        return _srtt_apply(self, A, impl)
 
     def todense(self, dtype=None):
-        dt = self._out_dtype(dtype)
-        return self.apply_dense(jnp.eye(self.m, dtype=dt))
+        return _srtt_matrix(self, self._out_dtype(dtype))
 
     def adjoint_dense(self, dtype=None):
-        """``Gamma^H = sqrt(m/l) Pi^T Phi^H T^H P^T``, O(ml log m), without forming Gamma."""
-        dt = self._out_dtype(dtype)
-        E = jnp.zeros((self.m, self.l), dt).at[self.rows, jnp.arange(self.l)].set(1)
-        X = _TRANSFORMS[self.transform][1](E).astype(dt)
-        X = X * self.signs.astype(dt).conj()[:, None]
-        if self.permute:
-            X = jnp.zeros_like(X).at[self.perm].set(X)
-        return X * np.asarray(math.sqrt(self.m / self.l), V.real_dtype(dt))
+        """``Gamma^H = sqrt(m/l) Pi^T Phi^H T^H P^T`` (m x l), O(ml) from exact phases."""
+        return self.todense(dtype).conj().T
 
 
 def _srtt(key, l: int, m: int, *, dtype=None, transform: str | None = None,
           permute: bool = True) -> SRTT:
     key = V.check_key(key)
-    m = V.check_int("m", m, low=1)
+    m = V.check_int("m", m, low=1, high=2 ** 28 - 1,
+                    high_desc="exact integer twiddle phases mod 4m fit in 31 bits")
     l = V.check_int("l", l, low=1, high=m, high_desc="an SRTT keeps l of the m rows")
     dt = V.check_dtype("dtype", dtype if dtype is not None else V.default_float())
     if transform is None:

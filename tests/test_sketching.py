@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.fft
 import scipy.sparse as sp
 import scipy.stats
 from jax.experimental import sparse as jsparse
@@ -327,6 +328,100 @@ def test_srtt_matches_explicit_formula():
         want = np.sqrt(m / l) * P @ T @ Phi @ Pi
         np.testing.assert_allclose(np.asarray(sk.todense()), want, atol=1e-12)
         assert len(set(np.asarray(sk.rows).tolist())) == l
+
+
+def _srtt_reference(sk, A):
+    """``sqrt(m/l) P T Phi Pi A`` with scipy's transforms in float64/complex128 (the formula
+    of the previous implementation: the whole transform along axis 0, then the rows)."""
+    m, l = sk.m, sk.l
+    X = np.asarray(A, np.complex128 if np.iscomplexobj(A) or sk.transform == "fft"
+                   else np.float64)
+    if sk.permute:
+        X = X[np.asarray(sk.perm)]
+    X = X * np.asarray(sk.signs).astype(X.dtype)[:, None]
+    if sk.transform == "dct":
+        T = scipy.fft.dct(X.real, type=2, norm="ortho", axis=0)
+        if np.iscomplexobj(X):
+            T = T + 1j * scipy.fft.dct(X.imag, type=2, norm="ortho", axis=0)
+    elif sk.transform == "hartley":
+        F = scipy.fft.fft(X, axis=0, norm="ortho")
+        T = F.real - F.imag
+    else:
+        T = scipy.fft.fft(X, axis=0, norm="ortho")
+    return np.sqrt(m / l) * T[np.asarray(sk.rows)]
+
+
+SRTT_CASES = ([("dct", np.float64, m) for m in (1, 2, 3, 97, 600, 1024)]
+              + [("dct", np.float32, m) for m in (3, 1024)]
+              + [("hartley", np.float64, m) for m in (3, 600)]
+              + [("fft", np.complex128, m) for m in (2, 600)])
+
+
+@pytest.mark.parametrize("transform,dt,m", SRTT_CASES)
+def test_srtt_fft_and_dense_match_scipy(transform, dt, m):
+    """Both algorithms of ``apply_dense`` (FFTs over row groups, explicit matrix) and
+    ``todense``/``adjoint_dense`` equal scipy's whole-matrix transform, even/odd/prime/small m."""
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(m)
+        A = rng.standard_normal((m, 7))
+        if np.dtype(dt).kind == "c":
+            A = A + 1j * rng.standard_normal((m, 7))
+        A = A.astype(dt)
+        tol = 1e-12 if np.finfo(dt).bits > 32 else 2e-5
+        for l in sorted({1, min(m, 40)}):
+            sk = S.SRTT(transform).draw(jax.random.key(m + 31 * l), l, m, dtype=dt)
+            want = _srtt_reference(sk, A)
+            scale = np.abs(want).max()
+            for impl in ("fft", "dense", "auto"):
+                got = jax.jit(lambda s, A, impl=impl: s.apply_dense(A, impl=impl))(sk, A)
+                assert got.dtype == dt and got.shape == (l, 7)
+                np.testing.assert_allclose(np.asarray(got), want, atol=tol * scale)
+            G = np.asarray(sk.todense(), np.complex128)
+            np.testing.assert_allclose(G @ A, want, atol=10 * tol * scale)
+            np.testing.assert_allclose(np.asarray(sk.adjoint_dense()), G.conj().T, atol=0)
+
+
+def test_srtt_fft_tilings_agree():
+    """The CPU loop (one group of q rows per step, column chunks whose last one overlaps)
+    and the single-step layout (all groups at once, the GPU/TPU branch) give the same rows."""
+    with jax.enable_x64(True):
+        m, n, l = 1024, 37, 40
+        A = jnp.asarray(np.random.default_rng(0).standard_normal((m, n)))
+        for transform, dt in (("dct", np.float64), ("hartley", np.float64),
+                              ("fft", np.complex128)):
+            sk = S.SRTT(transform).draw(jax.random.key(3), l, m, dtype=dt)
+            X = A.astype(dt)
+            want = _srtt_reference(sk, np.asarray(A))
+            for q in (4, 256, 1024):
+                for tile in (None, 10 ** 6, 8 * q):      # all at once, one chunk, 5 chunks
+                    got = S._srtt_fft(sk, X, q, tile)
+                    np.testing.assert_allclose(np.asarray(got), want, atol=1e-12 * n)
+
+
+def test_srtt_fft_vmap_grad_and_complex_data(rng):
+    """impl="fft" under vmap over keys, its gradient (Gamma^T), and complex data with a real
+    transform (real and imaginary parts sketched together)."""
+    m, l = 512, 48
+    A = jnp.asarray(rng.standard_normal((m, 6)).astype(np.float32))
+    keys = jax.random.split(jax.random.key(5), 3)
+    fn = jax.jit(jax.vmap(lambda k: S.SRTT().draw(k, l, m, dtype=np.float32)
+                          .apply_dense(A, impl="fft")))
+    batched = fn(keys)
+    for i in range(3):
+        sk = S.SRTT().draw(keys[i], l, m, dtype=np.float32)
+        np.testing.assert_allclose(np.asarray(batched[i]), _srtt_reference(sk, np.asarray(A)),
+                                   atol=2e-5 * np.abs(np.asarray(batched[i])).max())
+    W = jnp.asarray(rng.standard_normal((l, 6)).astype(np.float32))
+    grad = jax.grad(lambda A: jnp.sum(W * sk.apply_dense(A, impl="fft")))(A)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(sk.adjoint_dense() @ W),
+                               rtol=1e-4, atol=1e-4)
+    Z = A + 1j * jnp.asarray(rng.standard_normal((m, 6)).astype(np.float32))
+    got = sk.apply_dense(Z, impl="fft")
+    assert got.dtype == np.complex64
+    np.testing.assert_allclose(np.asarray(got), _srtt_reference(sk, np.asarray(Z)),
+                               atol=2e-5 * np.abs(np.asarray(got)).max())
+    with pytest.raises(ValueError, match="impl must be"):
+        sk.apply_dense(A, impl="dct")
 
 
 def test_make_sketch_and_matmul_operator(rng):
