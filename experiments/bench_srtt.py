@@ -10,7 +10,8 @@ each l in ``--ls`` (default 16, 64, 256):
                     ``apply_dense(impl="auto")``);
 * ``srtt_fft`` / ``srtt_dense`` -- draw + ``apply_dense(impl="fft")`` / ``impl="dense"``
                     (the two algorithms behind ``"auto"``);
-* ``srtt_draw``  -- the draw alone (two sort-based permutations of m: a fixed cost).
+* ``srtt_draw``  -- the draw alone (two sort-based permutations of m: a fixed cost);
+* ``srtt_apply`` -- ``apply`` alone, the sketch drawn before the timed call.
 
 Every function is compiled and run twice before timing; the repeats interleave the methods
 (one call of each per round) so load drifts hit all of them; each call ends with
@@ -49,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import compare_times, env_info, ints  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_srtt"
-METHODS = ("gaussian", "srtt", "srtt_fft", "srtt_dense", "srtt_draw")
+METHODS = ("gaussian", "srtt", "srtt_fft", "srtt_dense", "srtt_draw", "srtt_apply")
 
 
 def _load() -> float:
@@ -64,6 +65,8 @@ def build(method: str, l: int, m: int):
         return jax.jit(lambda key, A: Gaussian().draw(key, l, m, dtype=A.dtype).apply(A))
     if method == "srtt_draw":
         return jax.jit(lambda key, A: SRTT().draw(key, l, m, dtype=A.dtype))
+    if method == "srtt_apply":          # called with a drawn sketch instead of a key
+        return jax.jit(lambda sk, A: sk.apply(A))
     impl = {"srtt": "auto", "srtt_fft": "fft", "srtt_dense": "dense"}[method]
     return jax.jit(lambda key, A: SRTT().draw(key, l, m, dtype=A.dtype).apply_dense(
         A, impl=impl))
@@ -86,16 +89,22 @@ def run_dtype(dtype: str, args) -> dict:
     out = {}
     for l in args.ls:
         fns = {meth: build(meth, l, m) for meth in METHODS}
-        for fn in fns.values():       # compile + warm up
+        draw = fns["srtt_draw"]
+        sketches = [jax.block_until_ready(draw(k, A)) for k in keys]
+
+        def first(meth, i):
+            return sketches[i] if meth == "srtt_apply" else keys[i]
+
+        for meth, fn in fns.items():  # compile + warm up
             for i in range(2):
-                jax.block_until_ready(fn(keys[i], A))
+                jax.block_until_ready(fn(first(meth, i), A))
         times = {meth: [] for meth in METHODS}
         loads = {meth: [] for meth in METHODS}
         for r in range(args.repeats):
             for meth, fn in fns.items():
                 loads[meth].append(_load())
                 t0 = time.perf_counter()
-                jax.block_until_ready(fn(keys[r + 2], A))
+                jax.block_until_ready(fn(first(meth, r + 2), A))
                 times[meth].append(time.perf_counter() - t0)
         out[l] = {"times_s": times, "load": loads}
         g, s = times["gaussian"], times["srtt"]
@@ -104,7 +113,8 @@ def run_dtype(dtype: str, args) -> dict:
               f"  srtt {min(s) * 1e3:8.1f} ms (med {statistics.median(s) * 1e3:8.1f}, load "
               f"{statistics.median(loads['srtt']):4.1f})  ratio {min(g) / min(s):5.2f}  "
               f"[fft {min(times['srtt_fft']) * 1e3:.1f}, dense "
-              f"{min(times['srtt_dense']) * 1e3:.1f}, draw {min(times['srtt_draw']) * 1e3:.1f} ms]",
+              f"{min(times['srtt_dense']) * 1e3:.1f}, draw {min(times['srtt_draw']) * 1e3:.1f}, "
+              f"apply {min(times['srtt_apply']) * 1e3:.1f} ms]",
               flush=True)
     if args.old:
         fn = jax.jit(lambda key, A: old_srtt(key, A, args.ls[0]))

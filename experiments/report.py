@@ -450,8 +450,9 @@ _THM31_CONSTANTS = (
 _TIMING = ("run times are machine- and implementation-dependent: the thesis timed MATLAB "
            "R2020a (Julia/LowRankApprox.jl for the embeddings); here every method is rdr_jax on "
            "XLA's CPU backend on a shared, loaded 2-core machine, median of a few calls")
-_SRTT = ("the SRTT is a DCT of the whole m x n matrix on XLA's CPU backend, which loses to the "
-         "Gaussian GEMM at these sizes on a 2-core CPU (fig_sketch_ps_time.py docstring); the "
+_SRTT = ("at small l the SRTT's fixed cost (its draw: two sort-based permutations of m) plus an "
+         "apply as costly as a GEMM exceeds the Gaussian's generation + GEMM on a 2-core CPU "
+         "(it wins at l >= 64 in float64: experiments/bench_srtt.py); the "
          "thesis itself notes that 'with MATLAB default implementation, the Gaussian "
          "embeddings [...] are more efficient than SRTTs'")
 _RAND_ERR_LABELS = {
