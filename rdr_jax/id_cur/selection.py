@@ -701,7 +701,11 @@ def _cut_eager(x, k: int, axis: int):
     view = np.asarray(x)
     idx = [slice(None)] * view.ndim
     idx[axis] = slice(0, k)
-    return jax.device_put(np.ascontiguousarray(view[tuple(idx)]), x.sharding)
+    out = np.ascontiguousarray(view[tuple(idx)])
+    # keep the placement kind: a committed array stays on its device, an uncommitted one
+    # (the default device) stays free to meet arrays on other devices, as a slice would
+    return jax.device_put(out, x.sharding) if getattr(x, "committed", True) else \
+        jax.device_put(out)
 
 
 # --------------------------------------------------------------------------------------
