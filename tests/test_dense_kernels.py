@@ -157,3 +157,21 @@ def test_platform_branch_on_cpu_is_the_xla_one(x64, rng):
     A = rng.standard_normal((80, 30))
     np.testing.assert_array_equal(np.asarray(jax.jit(D.lu)(A)[0]),
                                   np.asarray(jax.jit(D._lu_xla)(A)[0]))
+
+
+def test_large_lu_goes_to_lapack_with_the_same_pivots(x64, rng):
+    """Above LU_LAPACK_ENTRIES the CPU LU is getrf (its own time dwarfs a thread fight; the
+    XLA panel loop was seconds at 10^6 x 200): one LAPACK call, the same pivots and perm as
+    the XLA kernel on the same matrix, and at or below the limit no LAPACK call."""
+    cols = 16
+    big = D.LU_LAPACK_ENTRIES // cols + 1
+    A = jnp.asarray(rng.standard_normal((big, cols)))
+    calls = _lapack_calls(D.lu, A)
+    assert sum(calls.values()) == 1 and next(iter(calls)).startswith("lapack_") \
+        and "getrf" in next(iter(calls))
+    assert _lapack_calls(D.lu, A[:D.LU_LAPACK_ENTRIES // cols]) == Counter()
+    lu, piv, perm = jax.jit(D.lu)(A)
+    lu_x, piv_x, perm_x = jax.jit(D._lu_xla)(A)
+    np.testing.assert_array_equal(np.asarray(piv), np.asarray(piv_x))
+    np.testing.assert_array_equal(np.asarray(perm), np.asarray(perm_x))
+    np.testing.assert_allclose(np.asarray(lu), np.asarray(lu_x), rtol=1e-10, atol=1e-12)

@@ -17,7 +17,8 @@ LU with LAPACK's pivot and tie rule (the first largest ``|x|`` in the current ro
 the swaps), Cholesky ``G = L L^H``. Derivations and measurements: ``docs/performance.md``
 ("OpenBLAS threads and the XLA kernels").
 
-* :func:`lu` -- ``(lu, pivots, perm)`` like ``jax.lax.linalg.lu`` (partial pivoting);
+* :func:`lu` -- ``(lu, pivots, perm)`` like ``jax.lax.linalg.lu`` (partial pivoting; large
+  matrices, where getrf's own time dwarfs a thread fight, go to LAPACK on CPU too);
 * :func:`cholesky` -- lower Cholesky factor like ``jax.lax.linalg.cholesky`` (NaN when G is
   not positive definite);
 * :func:`triangular_solve` -- like ``jax.lax.linalg.triangular_solve``;
@@ -297,11 +298,22 @@ def _lu_xla(A):
     return _batched(one, 2)(A)
 
 
+#: entries of one factorised matrix above which the CPU LU is LAPACK's after all: the XLA
+#: kernel's panel loop costs ~3x getrf in isolation (+50 ms at 2^21 entries, +0.4 s at
+#: 50000 x 200, seconds at 10^6 x 200), against at most ~0.1 s of thread fight per call
+LU_LAPACK_ENTRIES = 1 << 21
+
+
 def lu(A):
     """``(lu, pivots, perm)`` of LU with partial pivoting, like ``jax.lax.linalg.lu`` (A
-    batched over leading axes). CPU: a blocked XLA program with LAPACK's pivot rule."""
-    return jax.lax.platform_dependent(A, cpu=_lu_xla,
-                                      default=lambda A: tuple(jax.lax.linalg.lu(A)))
+    batched over leading axes). CPU: a blocked XLA program with LAPACK's pivot rule for
+    matrices of at most :data:`LU_LAPACK_ENTRIES` entries, LAPACK's getrf above (the same
+    pivots: the same rule)."""
+    def lib(A):
+        return tuple(jax.lax.linalg.lu(A))
+    if A.shape[-2] * A.shape[-1] > LU_LAPACK_ENTRIES:
+        return lib(A)
+    return jax.lax.platform_dependent(A, cpu=_lu_xla, default=lib)
 
 
 # --------------------------------------------------------------------------------------
