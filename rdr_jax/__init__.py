@@ -20,8 +20,9 @@ from rdr_jax import angles
 from rdr_jax import certify, diagnostics
 from rdr_jax import id_cur
 from rdr_jax.certify import ErrorBound, error_bound
-from rdr_jax.id_cur.decompositions import (CUR, ColumnID, RowID, TwoSidedID, cur, id_to_svd,
-                                           interpolative, interpolative_to_tolerance)
+from rdr_jax.id_cur.decompositions import (CUR, ColumnID, RowID, TwoSidedID, cur, cur_with_bound,
+                                           id_to_svd, interpolative, interpolative_to_tolerance,
+                                           interpolative_with_bound)
 from rdr_jax.id_cur.fixed_accuracy import StopReason
 from rdr_jax.diagnostics import EtaBound, LowRankError, eta_bound, exact_singular_values, lowrank_error
 from rdr_jax.norms import frobenius_norm, spectral_norm, spectral_norm_upper
@@ -63,12 +64,13 @@ def __getattr__(name):          # 0.1 names, one release of deprecation
     return _deprecation.moved_attribute(__name__, name)
 
 
-__version__ = "0.2.1"
+__version__ = "0.2.2"
 
 __all__ = [
     "angles", "certify", "diagnostics", "id_cur", "datasets", "matrices", "norms", "operators", "sketching",
     "CUR", "ColumnID", "RowID", "TwoSidedID", "cur", "id_to_svd", "interpolative",
-    "interpolative_to_tolerance", "StopReason", "ErrorBound", "error_bound",
+    "interpolative_to_tolerance", "interpolative_with_bound", "cur_with_bound", "StopReason",
+    "ErrorBound", "error_bound",
     "EtaBound", "LowRankError", "eta_bound", "exact_singular_values", "lowrank_error",
     "frobenius_norm", "spectral_norm", "spectral_norm_upper",
     "DenseOperator", "FactoredOperator", "ImplicitOperator", "LinearOperator", "SparseOperator",

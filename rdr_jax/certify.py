@@ -27,7 +27,8 @@ from rdr_jax.diagnostics import low_rank_factors
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
 from rdr_jax.sketching import hash_normal
 
-__all__ = ["ErrorBound", "error_bound", "certify_factors", "fro_factor", "spec_quantile",
+__all__ = ["ErrorBound", "error_bound", "certify_factors", "bound_from_sample",
+           "adjoint_residual", "gaussian_test_vectors", "fro_factor", "spec_quantile",
            "norm_factor", "chernoff_root", "check_failure_prob", "min_vectors", "DEFAULT_NUM_VECTORS",
            "MAX_LOOSENESS"]
 
@@ -192,39 +193,57 @@ def _top_singular(X, rdt):
     return c * jnp.sqrt(jnp.maximum(lam, 0.0))
 
 
-def certify_factors(key, op: LinearOperator, F, G, H, num_vectors: int, delta: float,
-                    power_iters: int = 0) -> ErrorBound:
-    """Traceable core of :func:`error_bound` (no validation; ``num_vectors``,
-    ``delta`` and ``power_iters`` static). Usable inside other jitted pipelines."""
-    n = op.shape[1]
-    s = num_vectors
-    dt = np.dtype(op.dtype)
+def bound_from_sample(Y, AOm, delta: float, spectral_estimate=None) -> ErrorBound:
+    """The bounds of :func:`error_bound` from the sampled products: ``Y = E Omega`` (or
+    ``E^H Omega``: the same norms) and ``AOm = A Omega`` (or ``A^H Omega``) for ``s``
+    Gaussian test vectors ``Omega`` independent of ``E``; ``delta`` static. Traceable: the
+    decompositions call it on products fused into their own last pass over A.
+    ``spectral_estimate``: a better estimate of ``||E||_2`` than the default (the root of
+    the top eigenvalue of ``Y Y^H / s``), capped at the spectral bound."""
+    s = Y.shape[1]
+    dt = np.dtype(Y.dtype)
     rdt = V.real_dtype(dt)
     cplx = dt.kind == "c"
     tau = fro_factor(s, delta, cplx)
     q = spec_quantile(s, delta, cplx)
-    Om = gaussian_test_vectors(key, n, s, dt)
-    AOm = op.matmat(Om)
-    Y = AOm - _lowrank_apply(F, G, H, Om)                          # E Omega
     yc, y2 = _scaled_sq(Y, rdt)                                    # ||Y||_F^2 = yc^2 y2
     ac, a2 = _scaled_sq(AOm, rdt)
     fro_est = yc * jnp.sqrt(y2 / s)
     fro_bound = fro_est / math.sqrt(tau)
     spec_bound = yc * jnp.sqrt(y2 / q)          # <= fro_bound: q >= tau s (q is exact)
-    if power_iters == 0:   # root of the top eigenvalue of the sample covariance Y Y^H / s
-        spec_est = _top_singular(Y, rdt) / math.sqrt(s)
-    else:                  # Rayleigh-Ritz: ||E^H Q||_2 <= ||E||_2 for orthonormal Q
+    if spectral_estimate is None:   # root of the top eigenvalue of the sample covariance
+        spectral_estimate = _top_singular(Y, rdt) / math.sqrt(s)
+    spec_est = jnp.minimum(spectral_estimate, spec_bound)
+    return ErrorBound(fro_bound.astype(rdt), spec_bound.astype(rdt), fro_est.astype(rdt),
+                      spec_est.astype(rdt), (ac * jnp.sqrt(a2 / s)).astype(rdt),
+                      jnp.asarray(delta, rdt))
+
+
+def certify_factors(key, op: LinearOperator, F, G, H, num_vectors: int, delta: float,
+                    power_iters: int = 0) -> ErrorBound:
+    """Traceable core of :func:`error_bound` (no validation; ``num_vectors``,
+    ``delta`` and ``power_iters`` static). Usable inside other jitted pipelines."""
+    n = op.shape[1]
+    dt = np.dtype(op.dtype)
+    Om = gaussian_test_vectors(key, n, num_vectors, dt)
+    AOm = op.matmat(Om)
+    Y = AOm - _lowrank_apply(F, G, H, Om)                          # E Omega
+    spec_est = None
+    if power_iters > 0:    # Rayleigh-Ritz: ||E^H Q||_2 <= ||E||_2 for orthonormal Q
         Z = Y
         for it in range(power_iters):
             Q = jnp.linalg.qr(Z, mode="reduced")[0]
             B = op.rmatmat(Q) - _lowrank_apply(H, None if G is None else G.conj().T, F, Q)
             if it + 1 < power_iters:
                 Z = op.matmat(B) - _lowrank_apply(F, G, H, B)
-        spec_est = _top_singular(B, rdt)
-    spec_est = jnp.minimum(spec_est, spec_bound)
-    return ErrorBound(fro_bound.astype(rdt), spec_bound.astype(rdt), fro_est.astype(rdt),
-                      spec_est.astype(rdt), (ac * jnp.sqrt(a2 / s)).astype(rdt),
-                      jnp.asarray(delta, rdt))
+        spec_est = _top_singular(B, V.real_dtype(dt))
+    return bound_from_sample(Y, AOm, delta, spec_est)
+
+
+def adjoint_residual(AhOm, Om, F, G, H):
+    """``E^H Omega = A^H Omega - H G^H F^H Omega`` for ``A_hat = F G H^H`` (G None: identity),
+    from a product ``A^H Omega`` the caller already has."""
+    return AhOm - _lowrank_apply(H, None if G is None else G.conj().T, F, Om)
 
 
 #: a stream the decompositions never use for themselves: the certified fixed-accuracy loop

@@ -33,7 +33,7 @@ from rdr_jax.randomized_svd import RSVD
 from rdr_jax.id_cur.selection import LUPP, SRCUR, Method, check_rank, resolve_method, sketch_size
 
 __all__ = ["ColumnID", "RowID", "TwoSidedID", "CUR", "interpolative", "interpolative_to_tolerance",
-           "cur", "id_to_svd"]
+           "cur", "id_to_svd", "interpolative_with_bound", "cur_with_bound"]
 
 
 class ColumnID(NamedTuple):
@@ -191,22 +191,24 @@ def _c_preconditioner(key, C, R, sz: SL.Sizes):
     return R, L.independent(R, sz.valid(), sz.lb)
 
 
-def _exact_coefficients(op, C, J, P, keep, sz: SL.Sizes, blocks: int = 1):
+def _exact_coefficients(op, C, J, P, keep, sz: SL.Sizes, blocks: int = 1, Om=None):
     """``W = C^+ A`` (Eq. (2.5), the best coefficients for these skeletons)
     by right-preconditioned CholeskyQR (``rdr_jax._src.linalg.precond_qr``):
     ``C = Q R``, ``W = R^{-1} Z Q^H A``, ``Z ~ (Q^H Q)^{-1}``. Returns ``(W, numerical
     rank of C)``; rows of W past k, and of the columns ``keep`` leaves out (numerically
-    dependent), are zero, and ``W(:, cols) = I`` on the valid block."""
+    dependent), are zero, and ``W(:, cols) = I`` on the valid block. ``Om``: left test
+    vectors (m x s) whose product ``A^H Omega`` shares the pass (returned third; else None)."""
     valid = sz.valid()
     Cn, s = L.unit_scale(C, return_scale=True)
     Q, R, Z, nr = L.precond_qr(Cn, P, keep, blocks)
-    B = op.rmatmat(Q * s).conj().T                                   # 2^-e Q^H A (kb x n)
+    B, AhOm = _split_product(op.rmatmat(_with_test_vectors(Q * s, Om)), Q.shape[1], Om)
+    B = B.conj().T                                                   # 2^-e Q^H A (kb x n)
     W = L.solve_triangular(R, L.mm(Z, B), left=True, lower=False)
     W = jnp.where(valid[:, None], W, 0)
-    return L.with_identity(W, J, valid), nr
+    return L.with_identity(W, J, valid), nr, AhOm
 
 
-def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, opts: "_Options", extra_left=()):
+def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, opts: "_Options", extra_left=(), Om=None):
     """``U = C^+ A R^+`` (Eq. (2.10)) from preconditioned CholeskyQR of C and
     ``R^H`` in one batch (``rdr_jax._src.linalg.precond_qr``, ``C = Q_C R_C``,
     ``R^H = Q_R R_R``): ``U = R_C^{-1} Z_C (Q_C^H A Q_R) Z_R R_R^{-H}``. ``PC``, ``PR``:
@@ -216,8 +218,9 @@ def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, opts: "_Options", extra_left=
     A is sharded over devices, and C and ``R^H`` are then factored apart (stacked,
     the R^H half would inherit C's row sharding and be sliced across shard boundaries,
     which deadlocked XLA:CPU's partitioned product with A on 4 virtual devices)).
-    ``PC``, ``PR``: ``(P, independent columns)`` pairs. Returns ``(U, numerical rank of C,
-    extra results)``."""
+    ``PC``, ``PR``: ``(P, independent columns)`` pairs. ``Om``: test vectors (n x s) whose
+    product ``A Omega`` shares the pass over A. Returns ``(U, numerical rank of C, extra
+    results, A Omega or None)``."""
     m, n = op.shape
     blocks, sharded = _blocks(opts.method), opts.sharded
     valid = sz.valid()
@@ -232,12 +235,13 @@ def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, opts: "_Options", extra_left=
         (Qc, Rc, Zc), (Qr, Rr, Zr) = (Q[0, :m], Rf[0], Z[0]), (Q[1, :n], Rf[1], Z[1])
         nr = nrs[0]
     Qc, Qr = Qc * sc, Qr * sr
-    Mid = L.mm(Qc.conj().T, op.matmat(Qr))                           # Q_C^H A Q_R (kb x kb)
+    AQr, AOm = _split_product(op.matmat(_with_test_vectors(Qr, Om)), Qr.shape[1], Om)
+    Mid = L.mm(Qc.conj().T, AQr)                                     # Q_C^H A Q_R (kb x kb)
     N = L.mm(Zc, L.mm(Mid, Zr))
     sol = L.left_solves([(Rc, N)] + list(extra_left), separate=sharded)
     U = L.solve_triangular(Rr, sol[0], left=False, lower=False, trans=True)
     U = jnp.where(valid[:, None] & valid[None, :], U, 0)
-    return U, nr, sol[1:]
+    return U, nr, sol[1:], AOm
 
 
 def _tolerance_message(res, tol, cap, certified) -> str:
@@ -308,6 +312,28 @@ class _Options:
     #: several CPU devices on few cores every pool thread can be such a waiter: a deadlock
     #: seen with 4 virtual devices on 2 cores), and C and R^H factored apart
     sharded: bool = False
+    #: ``(num_vectors, failure_prob)``: also bound the error from test vectors whose product
+    #: with A rides in the program's last pass over A (None: no bound)
+    bound: Optional[tuple] = None
+
+
+def _test_vectors(key, op, opts: _Options, adjoint: bool):
+    """The bound's Gaussian test vectors (``n x s``, or ``m x s`` for a product with
+    ``A^H``), drawn from a stream the factors never use; None without a bound."""
+    if opts.bound is None:
+        return None
+    return CE.gaussian_test_vectors(jax.random.fold_in(key, CE.CERT_STREAM),
+                                    op.shape[0 if adjoint else 1], opts.bound[0], op.dtype)
+
+
+def _with_test_vectors(X, Om):
+    """``[X, Omega]`` for one product with A (Omega None: X)."""
+    return X if Om is None else jnp.concatenate([X, Om.astype(X.dtype)], axis=1)
+
+
+def _split_product(P, kb: int, Om):
+    """The halves of a product with ``[X, Omega]``: ``(A X, A Omega)`` (Omega None: None)."""
+    return (P, None) if Om is None else (P[:, :kb], P[:, kb:])
 
 
 def _sharded(op) -> bool:
@@ -338,9 +364,13 @@ def _column_id(key, op, sz: SL.Sizes, opts: _Options):
     J = piv.cols                                                          # SRCUR: swapped
     if type(method.pivot) is SRCUR:
         C = jnp.where(valid[None, :], op.cols(J), 0)
+    Om = _test_vectors(key, op, opts, adjoint=True)       # the bound's: E^H Omega
+    AhOm = None
     if method.interp == "exact":
         P, keep = _c_preconditioner(k3, C, piv.R, sz)
-        W, nr = _exact_coefficients(op, C, J, P, keep, sz, _blocks(method))
+        fuse = _fusable(opts)
+        W, nr, AhOm = _exact_coefficients(op, C, J, P, keep, sz, _blocks(method),
+                                          Om if fuse else None)
     else:
         W = SL.sketch_interpolation(piv, valid)
         nr = jnp.sum(_c_preconditioner(k3, C, piv.R, sz)[1])
@@ -348,14 +378,35 @@ def _column_id(key, op, sz: SL.Sizes, opts: _Options):
     rank = jnp.asarray(sz.k, jnp.int32)
     est = _no_estimate(op)
     if not two:
-        return ColumnID(J, C, W, piv.eta, rank, nr, est, *_fixed_rank_flags())
+        res = ColumnID(J, C, W, piv.eta, rank, nr, est, *_fixed_rank_flags())
+        return _with_bound(res, op, opts, Om, AhOm, (C, None, W.conj().T))
     if lu is not None:                                                     # Line 4
         rp = SL.rows_from_lu(lu, L.ct(sol[1]), sz)
     else:
         rp = SL.pivot_rows(k2, C, sz, method, piv.Uk)
     S = jnp.where(valid[:, None], C[rp.rows], 0)
-    return TwoSidedID(rp.rows, J, rp.W, S, W, piv.eta, rp.eta, rank, nr, est,
-                      *_fixed_rank_flags())
+    res = TwoSidedID(rp.rows, J, rp.W, S, W, piv.eta, rp.eta, rank, nr, est,
+                     *_fixed_rank_flags())
+    return _with_bound(res, op, opts, Om, AhOm, (rp.W, S, W.conj().T))
+
+
+def _fusable(opts: _Options) -> bool:
+    """Whether the bound's test vectors may join the last product with A: not for an input
+    sharded over devices or a row-blocked orthonormaliser (their products keep their own
+    layouts; the bound then takes a product of its own in the same program)."""
+    return not opts.sharded and _blocks(opts.method) == 1
+
+
+def _with_bound(res, op, opts: _Options, Om, AhOm, factors):
+    """``res``, or ``(res, ErrorBound)`` when the call asked for a bound: from
+    ``E^H Omega = A^H Omega - H G^H F^H Omega`` (``factors = (F, G, H)``, ``A_hat = F G H^H``)
+    with ``A^H Omega`` from the fused pass, or one product of its own."""
+    if opts.bound is None:
+        return res
+    if AhOm is None:
+        AhOm = op.rmatmat(Om)
+    Y = CE.adjoint_residual(AhOm, Om, *factors)
+    return res, CE.bound_from_sample(Y, AhOm, opts.bound[1])
 
 
 def _no_estimate(op):
@@ -371,10 +422,12 @@ def _fixed_rank_flags():
 @functools.partial(_jit.jit, static_argnames=("kb", "lb", "opts"))
 def _interpolative(key, op, k, l, kb, lb, opts: _Options):
     sz = SL.Sizes.of(k, l, kb, lb)
-    if opts.side == "row":
-        res = _column_id(key, op.H, sz, dataclasses.replace(opts, side="column"))
-        return RowID(res.cols, res.W.conj().T, res.C.conj().T, res.eta, res.rank,
-                     res.numerical_rank, res.error_estimate, res.converged, res.stop_reason)
+    if opts.side == "row":     # the column ID of A^H (a bound of its error is one of A's)
+        out = _column_id(key, op.H, sz, dataclasses.replace(opts, side="column"))
+        res = out if opts.bound is None else out[0]
+        res = RowID(res.cols, res.W.conj().T, res.C.conj().T, res.eta, res.rank,
+                    res.numerical_rank, res.error_estimate, res.converged, res.stop_reason)
+        return res if opts.bound is None else (res, out[1])
     return _column_id(key, op, sz, opts)
 
 
@@ -414,10 +467,17 @@ def _cur(key, op, k, l, kb, lb, opts: _Options):
     extra = [] if srcur else [L.pseudo_inverse_system(R_s, Qt, valid)]
     if lupp:
         extra.append(SL.l1_inverse_rhs(lu))
-    U, nr, sols = _stable_cur_U(op, C, Rm, PC, PR, sz, opts, extra)
+    # the bound's test vectors ride in the last pass A Q_R: right ones, E Omega
+    Om = _test_vectors(key, op, opts, adjoint=False) if _fusable(opts) else None
+    U, nr, sols, AOm = _stable_cur_U(op, C, Rm, PC, PR, sz, opts, extra, Om)
     eta = piv.eta if srcur else SL.finish_columns(pb, R_s, Qt, sols[0], sz, method).eta
     eta_r = SL.rows_from_lu(lu, L.ct(sols[-1]), sz).eta if lupp else rp.eta
-    return CUR(I, J, C, U, Rm, eta, eta_r, jnp.asarray(sz.k, jnp.int32), nr)
+    res = CUR(I, J, C, U, Rm, eta, eta_r, jnp.asarray(sz.k, jnp.int32), nr)
+    if AOm is not None:
+        Y = AOm - L.mm(C, L.mm(U, L.mm(Rm, Om)))                     # E Omega
+        return res, CE.bound_from_sample(Y, AOm, opts.bound[1])
+    return _with_bound(res, op, opts, _test_vectors(key, op, opts, adjoint=True), None,
+                       res.factors())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -603,11 +663,42 @@ def interpolative(key, A: Any, k: int, *, side: str = "column", method: Any = "l
 
     Returns:
       :class:`ColumnID`, :class:`RowID` or :class:`TwoSidedID` (by ``side``), each with
-      the certificate ``eta``. Bound its error with :func:`rdr_jax.error_bound`.
+      the certificate ``eta``. Bound its error with :func:`rdr_jax.error_bound`, or ask
+      :func:`interpolative_with_bound` for both in one program.
     """
     if _is_tol(k):
         DEP.warn("interpolative(key, A, tol)", "interpolative_to_tolerance(key, A, tol)")
         return interpolative_to_tolerance(key, A, k, side=side, method=method)
+    return _run_interpolative(key, A, k, side, method, on_rank_deficient, None)
+
+
+def interpolative_with_bound(key, A: Any, k: int, *, side: str = "column",
+                             method: Any = "lupp", failure_prob: float = 0.01,
+                             on_rank_deficient: str = "warn"):
+    """:func:`interpolative` and the a posteriori bound of :func:`rdr_jax.error_bound` on
+    its error, in one program: the 20 Gaussian test vectors (drawn from ``key``'s
+    certificate stream, independent of the factors) are multiplied by A in the same pass as
+    the exact coefficients ``W = C^+ A`` (``A^H [Q, Omega]``; beyond the thesis,
+    ``docs/error-bounds.md``). Why: a decomposition with a stated-probability error bound
+    from one call and one pass over A.
+
+    Args:
+      key, A, k, side, method, on_rank_deficient: as :func:`interpolative` (k an int rank).
+      failure_prob: in (0, 1), the failure probability of each bound (default 0.01).
+
+    Returns:
+      ``(result, ErrorBound)``: the result of :func:`interpolative` (the same skeletons; the
+      factors equal to rounding) and :class:`~rdr_jax.ErrorBound`.
+    """
+    if _is_tol(k):
+        raise TypeError("interpolative_with_bound() takes an integer rank k; for a tolerance "
+                        "use interpolative_to_tolerance(key, A, tol, failure_prob=...)")
+    return _run_interpolative(key, A, k, side, method, on_rank_deficient, failure_prob)
+
+
+def _run_interpolative(key, A, k, side, method, on_rank_deficient, failure_prob):
+    """The body of :func:`interpolative` (``failure_prob`` None) and of
+    :func:`interpolative_with_bound`."""
     _check_side(side)
     _check_policy(on_rank_deficient)
     key = V.check_key(key)
@@ -616,10 +707,27 @@ def interpolative(key, A: Any, k: int, *, side: str = "column", method: Any = "l
     m = resolve_method(method).for_operator(op, adjoint=side == "row")   # a row ID runs on A^H
     m.pivot.check_backend()
     sz = SL.plan(m, k, sketch_size(m, k, op.shape), op.shape)
-    res = _interpolative(key, op, *sz, _Options(m, side, _sharded(op)))
-    res = SL.trim(res, k, _TRIM[side])
-    _check_result(res, k, on_rank_deficient)
-    return res
+    out = _interpolative(key, op, *sz, _Options(m, side, _sharded(op),
+                                                _bound_options(failure_prob, op)))
+    return _finish(out, failure_prob is not None, k, _TRIM[side], on_rank_deficient)
+
+
+def _bound_options(failure_prob, op) -> Optional[tuple]:
+    """The static ``(num_vectors, failure_prob)`` of a fixed-rank call's bound (None: no
+    bound), validated as :func:`rdr_jax.error_bound` validates them."""
+    if failure_prob is None:
+        return None
+    delta = CE.check_failure_prob(failure_prob)
+    cplx = np.dtype(op.dtype).kind == "c"
+    return CE.check_num_vectors(CE.DEFAULT_NUM_VECTORS, delta, cplx), delta
+
+
+def _finish(out, bounded: bool, k, fields, policy):
+    """The padded program output (a result, or ``(result, ErrorBound)`` when ``bounded``)
+    cut to rank k and checked."""
+    res = SL.trim(out[0] if bounded else out, k, fields)
+    _check_result(res, k, policy)
+    return (res, out[1]) if bounded else res
 
 
 def _tolerance_kwargs(args, kwargs, old):
@@ -711,8 +819,33 @@ def cur(key, A: Any, k: int, *, method: Any = "lupp", on_rank_deficient: str = "
       key, A, k, method, on_rank_deficient: as :func:`interpolative` (k an int rank).
 
     Returns:
-      :class:`CUR` with the certificates ``eta`` (columns) and ``eta_rows`` (rows).
+      :class:`CUR` with the certificates ``eta`` (columns) and ``eta_rows`` (rows). Bound its
+      error with :func:`rdr_jax.error_bound`, or ask :func:`cur_with_bound` for both.
     """
+    return _run_cur(key, A, k, method, on_rank_deficient, None)
+
+
+def cur_with_bound(key, A: Any, k: int, *, method: Any = "lupp", failure_prob: float = 0.01,
+                   on_rank_deficient: str = "warn"):
+    """:func:`cur` and the a posteriori bound of :func:`rdr_jax.error_bound` on its error, in
+    one program: the 20 Gaussian test vectors (from ``key``'s certificate stream,
+    independent of the factors) ride in the pass ``A Q_R`` that builds ``U`` (``A [Q_R,
+    Omega]``; beyond the thesis, ``docs/error-bounds.md``). Why: a CUR with a
+    stated-probability error bound from one call and one pass over A.
+
+    Args:
+      key, A, k, method, on_rank_deficient: as :func:`cur`.
+      failure_prob: in (0, 1), the failure probability of each bound (default 0.01).
+
+    Returns:
+      ``(CUR, ErrorBound)``: the CUR of :func:`cur` (the same skeletons; the factors equal
+      to rounding) and :class:`~rdr_jax.ErrorBound`.
+    """
+    return _run_cur(key, A, k, method, on_rank_deficient, failure_prob)
+
+
+def _run_cur(key, A, k, method, on_rank_deficient, failure_prob):
+    """The body of :func:`cur` (``failure_prob`` None) and of :func:`cur_with_bound`."""
     _check_policy(on_rank_deficient)
     if _is_tol(k):
         raise TypeError("cur() takes an integer rank k; for a tolerance use "
@@ -723,9 +856,8 @@ def cur(key, A: Any, k: int, *, method: Any = "lupp", on_rank_deficient: str = "
     m = resolve_method(method).for_operator(op)
     m.pivot.check_backend()
     sz = SL.plan(m, k, sketch_size(m, k, op.shape), op.shape)
-    res = SL.trim(_cur(key, op, *sz, _Options(m, "cur", _sharded(op))), k, _TRIM["cur"])
-    _check_result(res, k, on_rank_deficient)
-    return res
+    out = _cur(key, op, *sz, _Options(m, "cur", _sharded(op), _bound_options(failure_prob, op)))
+    return _finish(out, failure_prob is not None, k, _TRIM["cur"], on_rank_deficient)
 
 
 interpolative = DEP.with_deprecated_kwargs(_interpolative_dispatch)(interpolative)
