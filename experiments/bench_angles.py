@@ -23,7 +23,9 @@ Rows of the table (each: warm-up calls, then the median of ``--repeats`` timed c
 Every configuration runs twice: with the BLAS thread pools as the process found them and
 limited to one thread (``threadpoolctl``; numpy's and jaxlib's LAPACK both use OpenBLAS,
 whose threads thrash on small factorizations when the machine is shared). The target is
-``numpy / rdr_jax (default) >= 5`` (issue 4); PASS/FAIL is printed for both thread settings.
+``numpy / rdr_jax (default) >= 10`` (issue 30; it was 5 in issue 4); PASS/FAIL is printed for
+both thread settings, with the load average before and after each (numpy's threaded loop
+slows down by an order of magnitude on a loaded 2-core machine: compare runs by their load).
 The estimates are checked against each other (means within 10% where the mean sine exceeds
 1e-6; both are Monte-Carlo estimates of the same expectation).
 
@@ -59,7 +61,7 @@ from rdr_jax import angles, matrices  # noqa: E402
 from rdr_jax.sketching import Gaussian  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_angles.json"
-TARGET = 5.0
+TARGET = 10.0
 
 
 def numpy_estimator(seed: int, s: np.ndarray, k: int, l: int, q: int, subspace: str, N: int):
@@ -77,6 +79,10 @@ def numpy_estimator(seed: int, s: np.ndarray, k: int, l: int, q: int, subspace: 
         nu = np.linalg.svd(W1 @ V2h.T @ np.diag(1.0 / S2) @ U2.T, compute_uv=False)
         theta[j] = 1.0 / np.sqrt(1.0 + nu ** 2)
     return theta.mean(0), theta.min(0), theta.max(0)
+
+
+def _fmt_load(load):
+    return "n/a" if load is None else " ".join(f"{x:.2f}" for x in load)
 
 
 def time_call(fn, repeats: int, warmup: int = 2):
@@ -141,6 +147,7 @@ def run(args):
     for single in (False, True):
         setting = "blas 1 thread" if single else "blas default threads"
         times, outs = {}, {}
+        load0 = os.getloadavg() if hasattr(os, "getloadavg") else None
         with blas_context(single):
             for name, fn in methods.items():
                 times[name], outs[name] = time_call(fn, args.repeats)
@@ -152,7 +159,9 @@ def run(args):
         keep = m_np > 1e-6
         agree = float(np.max(np.abs(m_jx[keep] / m_np[keep] - 1))) if keep.any() else 0.0
         ratio = ref / med["rdr_jax (default)"]
-        print(f"\n[{setting}]")
+        load1 = os.getloadavg() if hasattr(os, "getloadavg") else None
+        print(f"\n[{setting}]  load average (1, 5, 15 min) before "
+              f"{_fmt_load(load0)}, after {_fmt_load(load1)}")
         print(f"  {'method':<26}{'median ms':>12}{'numpy / this':>15}")
         for name in methods:
             print(f"  {name:<26}{med[name] * 1e3:>12.1f}{ref / med[name]:>14.2f}x")
@@ -163,7 +172,8 @@ def run(args):
               f"({'ok' if agree < 0.1 else 'MISMATCH'})")
         results["settings"][setting] = {
             "median_s": med, "times_s": times, "ratio_numpy_over_default": ratio,
-            "pass": bool(ratio >= TARGET), "mean_rel_diff": agree}
+            "pass": bool(ratio >= TARGET), "mean_rel_diff": agree,
+            "loadavg_before": load0, "loadavg_after": load1}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
