@@ -95,6 +95,30 @@ class CompiledStep(NamedTuple):
     names: list
 
 
+#: XLA options of every train step compiled on CPU: no YNNPACK fusions. jaxlib 0.10.2
+#: miscompiles a YNNPACK fusion in which one value feeds two ``pad`` ops at different offsets
+#: next to a reduction; autodiff writes exactly that for ``z[:b] - z[b:]`` (AdaWAC's
+#: consistency term), and part of the gradient is then read from uninitialised memory: runs of
+#: one seed differ and blow up (``docs/xla_cpu_ynn_pad_repro.py``). With the option the faulty
+#: code path is absent from the program whatever op pattern would reach it, so determinism does
+#: not hang on how XLA happens to fuse a step; XLA's own CPU emitters run those ops instead.
+_CPU_STEP_OPTIONS = (("xla_cpu_experimental_ynn_fusion_type", ""),)
+
+
+@functools.lru_cache(maxsize=8)
+def _step_options(platform: str) -> Optional[dict]:
+    """The ``compiler_options`` of a train step on ``platform`` (None: XLA's defaults)."""
+    if platform != "cpu":
+        return None
+    opts = dict(_CPU_STEP_OPTIONS)
+    try:   # a jaxlib without the option has no YNNPACK fusions to turn off
+        x = jax.device_put(np.float32(0), jax.devices("cpu")[0])
+        jax.jit(lambda v: v + 1, compiler_options=opts).lower(x).compile()
+    except jax.errors.JaxRuntimeError:
+        return None
+    return opts
+
+
 @functools.lru_cache(maxsize=64)
 def _compile(step: Callable, mesh: Mesh, layout: Any) -> CompiledStep:
     names: list = []
@@ -112,14 +136,16 @@ def _compile(step: Callable, mesh: Mesh, layout: Any) -> CompiledStep:
 
     repl = replicated(mesh)
     fn = jax.jit(wrapped, in_shardings=(repl, repl, layout_shardings(mesh, layout)),
-                 out_shardings=(repl, repl), donate_argnums=(0,))
+                 out_shardings=(repl, repl), donate_argnums=(0,),
+                 compiler_options=_step_options(mesh.devices.flat[0].platform))
     return CompiledStep(fn, names)
 
 
 def jit_train_step(step: Callable, mesh: Mesh, batch: tuple) -> CompiledStep:
     """The jitted, sharded step :func:`fit` runs (cached per step function, mesh
     and batch layout): ``fn(state, key, batch)`` donates ``state`` and returns it with the
-    scalar metrics stacked into one vector named by ``names``.
+    scalar metrics stacked into one vector named by ``names``. On CPU it is compiled without
+    YNNPACK fusions (a jaxlib 0.10.2 miscompile: ``docs/xla_cpu_ynn_pad_repro.py``).
     """
     return _compile(step, mesh, batch_layout(batch))
 
