@@ -208,10 +208,10 @@ def _exact_coefficients(op, C, J, P, keep, sz: SL.Sizes, blocks: int = 1, Om=Non
     return L.with_identity(W, J, valid), nr, AhOm
 
 
-def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, opts: "_Options", extra_left=(), Om=None):
+def _stable_cur_U(op, C, Rm, precs, sz: SL.Sizes, opts: "_Options", extra_left=(), Om=None):
     """``U = C^+ A R^+`` (Eq. (2.10)) from preconditioned CholeskyQR of C and
     ``R^H`` in one batch (``rdr_jax._src.linalg.precond_qr``, ``C = Q_C R_C``,
-    ``R^H = Q_R R_R``): ``U = R_C^{-1} Z_C (Q_C^H A Q_R) Z_R R_R^{-H}``. ``PC``, ``PR``:
+    ``R^H = Q_R R_R``): ``U = R_C^{-1} Z_C (Q_C^H A Q_R) Z_R R_R^{-H}``. ``precs = (PC, PR)``:
     triangular preconditioners of C and ``R^H``. ``extra_left``: further ``(a, b)`` upper
     triangular left solves batched with the first solve of U (their results are returned).
     ``opts``: the call's options (row blocks of the method's orthonormaliser; ``sharded``:
@@ -222,6 +222,7 @@ def _stable_cur_U(op, C, Rm, PC, PR, sz: SL.Sizes, opts: "_Options", extra_left=
     product ``A Omega`` shares the pass over A. Returns ``(U, numerical rank of C, extra
     results, A Omega or None)``."""
     m, n = op.shape
+    PC, PR = precs
     blocks, sharded = _blocks(opts.method), opts.sharded
     valid = sz.valid()
     Cn, sc = L.unit_scale(C, return_scale=True)
@@ -469,7 +470,7 @@ def _cur(key, op, k, l, kb, lb, opts: _Options):
         extra.append(SL.l1_inverse_rhs(lu))
     # the bound's test vectors ride in the last pass A Q_R: right ones, E Omega
     Om = _test_vectors(key, op, opts, adjoint=False) if _fusable(opts) else None
-    U, nr, sols, AOm = _stable_cur_U(op, C, Rm, PC, PR, sz, opts, extra, Om)
+    U, nr, sols, AOm = _stable_cur_U(op, C, Rm, (PC, PR), sz, opts, extra, Om)
     eta = piv.eta if srcur else SL.finish_columns(pb, R_s, Qt, sols[0], sz, method).eta
     eta_r = SL.rows_from_lu(lu, L.ct(sols[-1]), sz).eta if lupp else rp.eta
     res = CUR(I, J, C, U, Rm, eta, eta_r, jnp.asarray(sz.k, jnp.int32), nr)
