@@ -123,17 +123,18 @@ def test_slug_and_find_note_tail():
 def test_collect_job_annotates_from_registry_and_json(tmp_path):
     job = R.JOB_BY_NAME["fig_space_agnostic_bounds"]
     _write(tmp_path / job.name / "results.json", {
-        "config": {"quick": True, "env": {"jax": "0.0", "backend": "cpu"}},
+        "config": {"quick": False, "env": {"jax": "0.0", "backend": "cpu"}},
         "claims": [{"id": "a_upper_holds", "claim": "upper bounds hold", "held": True,
                     "detail": "4/4"},
                    {"id": "b_lower_holds", "claim": "lower bounds hold", "held": False,
                     "detail": "vacuous in 4/4"}]})
-    res = R.collect_job(job, tmp_path, _run(job.name, tmp_path))
-    assert res.status == "ok" and res.mode == "quick" and res.env["jax"] == "0.0"
+    res = R.collect_job(job, tmp_path, _run(job.name, tmp_path, mode="full"))
+    assert res.status == "ok" and res.mode == "full" and res.env["jax"] == "0.0"
     by = {c.cid: c for c in res.claims}
     assert by["a_upper_holds"].verdict == R.HELD and by["a_upper_holds"].reason == ""
     low = by["b_lower_holds"]
     assert low.verdict == R.NOT_HELD
+    assert low.cause == R.THESIS_TEXT and "erratum" in low.cause_why   # a cause from the list
     assert "vacuous" in low.reason and "eps2' = 1.33" in low.reason
     assert low.number.startswith("eps' = 2 sqrt(k/l)")
     assert low.label.startswith("fig:lower_Gaussian-poly1-kl_k50_l200")
@@ -165,19 +166,23 @@ def test_collect_job_stdout_fallback_and_text_from_registry(tmp_path):
     out = ("[HELD] acr_improves_trim_ratio: 80 vs 70\n"
            "[NOT HELD] adawac_dsc_beats_baseline: 70 vs 71\n")
     res = R.collect_job(job, tmp_path, _run(job.name, tmp_path, stdout=out))
-    assert [(c.cid, c.verdict, c.source) for c in res.claims] == [
-        ("acr_improves_trim_ratio", R.HELD, "stdout"),
-        ("adawac_dsc_beats_baseline", R.NOT_HELD, "stdout")]
+    # quick mode: listed as smoke verdicts (never counted), with what the run showed
+    assert [(c.cid, c.verdict, c.shown, c.source) for c in res.claims] == [
+        ("acr_improves_trim_ratio", R.SMOKE, R.HELD, "stdout"),
+        ("adawac_dsc_beats_baseline", R.SMOKE, R.NOT_HELD, "stdout")]
     assert res.claims[0].text == "+ACR improves trim-ratio"       # curated wording
-    assert res.claims[1].reason == job.quick_caveat                 # quick-mode caveat
+    assert res.claims[1].reason.startswith("a quick-mode (CI-size) run")
+    assert job.quick_caveat in res.claims[1].reason                 # quick-mode caveat kept
     assert {c.kind for c in res.claims} == {R.STAND_IN} and res.claims[0].mode == "quick"
+    assert R._counts(res.claims)[R.HELD] == R._counts(res.claims)[R.NOT_HELD] == 0
 
 
 def test_failed_skipped_missing_and_stale(tmp_path):
     # failed: a FAILED row with the last error line, even when a JSON was written
     job = R.JOB_BY_NAME["fig_misspec"]
     _write(tmp_path / job.name / "results.json", {"claims": [{"claim": "x", "held": True}]})
-    res = R.collect_job(job, tmp_path, _run(job.name, tmp_path, status="failed", rc=1))
+    res = R.collect_job(job, tmp_path, _run(job.name, tmp_path, status="failed", rc=1,
+                                            mode="full"))
     assert res.status == "failed"
     assert [c.verdict for c in res.claims] == [R.HELD, R.FAILED]
     assert res.claims[-1].reason == "ValueError: boom"
@@ -223,13 +228,15 @@ def test_skipped_datasets_become_not_run_rows(tmp_path):
 
 
 # ------------------------------------------------------------------------ the page
-def _results(tmp_path):
-    jobs = {"fig_linear_regression": {"config": {"quick": True}, "claims": [
+def _results(tmp_path, quick=True):
+    jobs = {"fig_linear_regression": {"config": {"quick": quick}, "claims": [
                 {"id": "a_dac", "claim": "DAC | within 5%", "held": True, "detail": "2.5%"},
-                {"id": "c_order", "claim": "order", "held": False, "detail": "8/9"}]},
-            "fig_misspec": {"config": {"quick": True}, "claims": [
+                {"id": "c_order", "claim": "order", "held": False, "detail": "8/9",
+                 "reason": "DAC < DA-ERM in 8 of 9 (measured)", "cause": "noise"}]},
+            "fig_misspec": {"config": {"quick": quick}, "claims": [
                 {"id": "i_info", "claim": "information: x", "held": True, "detail": "-"},
-                {"id": "a_beats", "claim": "DAC beats", "held": False, "detail": "4 > 3"}]}}
+                {"id": "a_beats", "claim": "DAC beats", "held": False, "detail": "4 > 3",
+                 "reason": "DAC 4 vs DA-ERM 3 (measured)", "cause": "thesis text"}]}}
     for name, doc in jobs.items():
         _write(tmp_path / name / "results.json", doc)
     _png(tmp_path / "fig_linear_regression" / "fig_linear_regression.png", dpi=100)
@@ -237,9 +244,9 @@ def _results(tmp_path):
 
 
 def test_markdown_summary_table_sections_and_coverage(tmp_path):
-    results = _results(tmp_path)
+    results = _results(tmp_path, quick=False)
     figs = {"fig_linear_regression": [{"name": "fig_linear_regression.png"}]}
-    page = R.build_markdown(results, figs, command="python experiments/report.py",
+    page = R.build_markdown(results, figs, command="python experiments/report.py --full",
                             total_s=90.0)
     lines = page.splitlines()
     head = lines.index("| Ch. | Thesis figure / table | Data | Claim (as checked) | Thesis | "
@@ -249,16 +256,20 @@ def test_markdown_summary_table_sections_and_coverage(tmp_path):
     cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
     assert cells == ["4", "fig:linear_regression", R.THESIS_DATA, "DAC \\| within 5%",
                      "(d - d_aug) sigma^2 / N = 0.2, 0.1 at d_aug = 20, 25", "2.5%", "**HELD**",
-                     "`python experiments/fig_linear_regression.py --quick`"]
+                     "`python experiments/fig_linear_regression.py`"]
+    assert any("| order |" in ln and "| **NOT HELD** (noise) |" in ln for ln in rows)
     assert not any("information: x" in ln for ln in rows)       # info rows stay out
-    assert "**3 thesis claims checked: 1 HELD, 2 NOT HELD** (quick mode)" in page
-    assert ("- 2 claim(s): (fig:linear_regression) order; (fig:misspec_lambda, "
-            "fig:misspec_daug) DAC beats. **Why:** " + R.QUICK_UNINVESTIGATED[:40]) in page
+    assert "**3 thesis claims checked: 1 HELD, 2 NOT HELD** (full mode)" in page
+    assert "The NOT HELD by cause: 1 thesis text, 1 noise." in page
+    assert ("**Cause: noise** (1)" in page and "- 1 claim(s): (fig:linear_regression) order. "
+            "**Why:** DAC < DA-ERM in 8 of 9 (measured)" in page)
     assert "plus 1 information check(s)" in page
     assert "![fig_linear_regression: fig_linear_regression.png]" \
            "(figures/fig_linear_regression.png)" in page
-    assert "  - why: " + R.QUICK_UNINVESTIGATED in page   # quick mode: said to be uninvestigated
-    assert f"| {R.THESIS_DATA} | 1 | 2 | " in page          # the headline by data kind
+    assert "  - cause: **thesis text**" in page
+    assert f"| {R.THESIS_DATA} | 1 | 2 | 0 | " in page        # the headline by data kind
+    assert re.search(r"Generated by `python experiments/report.py --full` "
+                     r"\(`experiments/report.py`\) at commit \S+", page)
     assert "| sum of the scripts' wall times | 1.5 min (90 s) |" in page
     for label, *_ in R.THESIS_ITEMS:                              # every thesis item is listed
         assert f"| `{label}` |" in page
@@ -315,7 +326,7 @@ def test_run_job_ok_failed_and_timeout(tmp_path):
     assert run.command.endswith(f"ok.py --quick --out {res_dir / 'okjob'}")
     assert "[HELD] a: fine --quick" in (res_dir / run.stdout).read_text()
     res = R.collect_job(ok, res_dir, run)
-    assert [(c.cid, c.verdict) for c in res.claims] == [("a", R.HELD)]
+    assert [(c.cid, c.verdict, c.shown) for c in res.claims] == [("a", R.SMOKE, R.HELD)]
     run = R.run_job(R.Job("badjob", "bad", 4, "t", ()), "full", res_dir, scripts_dir=scripts)
     assert (run.status, run.rc) == ("failed", 3) and "ValueError: no good" in run.error_tail
     t0 = time.perf_counter()
@@ -375,16 +386,26 @@ def test_full_mode_not_held_needs_a_specific_reason(tmp_path):
     doc = {"config": {"quick": False}, "claims": [
         {"id": "a_beats", "claim": "DAC beats", "held": False, "detail": "4 > 3"}]}
     _write(res_dir / job.name / "results.json", doc)
-    with pytest.raises(R.ReportError, match="fig_misspec: a_beats"):
+    with pytest.raises(R.ReportError, match=r"fig_misspec: a_beats \(no reason\); "
+                                            r"fig_misspec: a_beats \(cause missing\)"):
         R.build_page(res_dir, docs, command="x")
     assert not (docs / "reproduction.md").exists()              # nothing half-written
+    # a reason alone is not enough: the cause must come from the fixed list
     doc["claims"][0].update(reason="DAC 4.1 vs DA-ERM 3.0 at lambda 3.2 (measured)",
-                            wording="ours")
+                            wording="ours", cause="bad luck")
+    _write(res_dir / job.name / "results.json", doc)
+    with pytest.raises(R.ReportError, match="cause 'bad luck' is not one of thesis text"):
+        R.build_page(res_dir, docs, command="x")
+    assert not (docs / "reproduction.md").exists()
+    doc["claims"][0].update(cause=R.NOISE)
     _write(res_dir / job.name / "results.json", doc)
     page, results = R.build_page(res_dir, docs, command="x")
     (c,) = [c for r in results if r.job.name == "fig_misspec" for c in r.claims]
-    assert c.reason.startswith("DAC 4.1") and c.mode == "full"
-    assert "(ours) DAC beats" in page.read_text()
+    assert c.reason.startswith("DAC 4.1") and c.mode == "full" and c.cause == R.NOISE
+    text = page.read_text()
+    assert "(ours) DAC beats" in text and "**NOT HELD** (noise)" in text
+    assert "**Cause: noise** (1)" in text
+    assert "| noise | " in text and " | 1 | 0 | 0 | 1 |" in text   # the cause table
 
 
 def test_stale_figures_fail_and_sources_are_recorded(tmp_path):
@@ -420,11 +441,212 @@ def test_same_run_claims_are_shown_but_not_counted(tmp_path):
         _write(tmp_path / job.name / table / "summary.json", {"config": {"quick": True},
                "claims": [{"id": "a_adawac_beats_baseline_full", "held": True}]})
     res = R.collect_job(job, tmp_path, None)
-    assert sorted(c.verdict for c in res.claims) == [R.HELD, R.SAME_RUN]
-    assert R._counts(res.claims)[R.HELD] == 1
+    # quick mode: one smoke verdict (not counted) and its repeat (SAME RUN, not counted)
+    assert sorted(c.verdict for c in res.claims) == [R.SMOKE, R.SAME_RUN]
+    assert R._counts(res.claims)[R.HELD] == 0
     page = R.build_markdown([res], {}, command="x", total_s=0.0)
-    assert "**1 thesis claims checked: 1 HELD, 0 NOT HELD**" in page
-    assert f"| {R.STAND_IN} | 1 | 0 | 0 | 0 | 0 | 1 | 1 |" in page
+    assert "**0 thesis claims checked: 0 HELD, 0 NOT HELD**" in page
+    assert "listed but not counted: 1 quick-mode / single-seed smoke verdicts, 1 SAME RUN" in page
+    assert f"| {R.STAND_IN} | 0 | 0 | 0 | 0 | 0 | 0 | 1 | 1 |" in page
+    # fig:acdc draws the models of tab:acdc: the same run
+    assert R.find_same_run("fig_adawac", ":acdc/adawac_beats_erm").startswith(
+        "adawac_tables tab:acdc")
+
+
+# ------------------------------------------------------------------------ what is counted
+def _page_head(results) -> str:
+    return R.build_markdown(results, {}, command="x", total_s=0.0).split("### What")[0]
+
+
+def test_quick_mode_and_single_seed_runs_never_enter_the_headline(tmp_path):
+    job = R.JOB_BY_NAME["adawac_tables/mni152"]
+    claims = [{"id": "adawac_beats_erm_full", "held": True, "detail": "+1.0 +- 0.2 SE"},
+              {"id": "acr_only_beats_baseline", "held": False, "detail": "-1 +- 0.4 SE",
+               "reason": "paired gain -1.0 +- 0.4 SE (measured)"}]
+    _write(tmp_path / job.name / "sample_eff" / "summary.json",
+           {"quick": False, "seeds": [0], "claims": claims})
+    one = R.collect_job(job, tmp_path, None)
+    assert [(c.verdict, c.shown) for c in one.claims] == [(R.SMOKE, R.HELD),
+                                                          (R.SMOKE, R.NOT_HELD)]
+    assert one.claims[0].reason.startswith("a single-seed run")
+    assert R.unexplained_not_held([one]) == []                  # smoke: no cause needed
+    head = _page_head([one])
+    assert "**0 thesis claims checked: 0 HELD, 0 NOT HELD**" in head
+    assert "2 quick-mode / single-seed smoke verdicts" in head
+    # three seeds: counted (and the NOT HELD then needs its cause)
+    _write(tmp_path / job.name / "sample_eff" / "summary.json",
+           {"quick": False, "seeds": [0, 1, 2], "claims": claims})
+    three = R.collect_job(job, tmp_path, None)
+    assert [c.verdict for c in three.claims] == [R.HELD, R.NOT_HELD]
+    assert three.claims[1].cause == R.SETTING_TOO_SMALL
+    assert "**2 thesis claims checked: 1 HELD, 1 NOT HELD**" in _page_head([three])
+    # quick mode, any number of seeds: never counted
+    _write(tmp_path / job.name / "sample_eff" / "summary.json",
+           {"quick": True, "seeds": [0, 1, 2], "claims": claims})
+    quick = R.collect_job(job, tmp_path, None)
+    assert {c.verdict for c in quick.claims} == {R.SMOKE}
+    assert R._counts(quick.claims)[R.HELD] + R._counts(quick.claims)[R.NOT_HELD] == 0
+    table = R.kind_table([quick])
+    assert table[0].endswith("not counted: quick-mode / single-seed smoke runs | not counted: "
+                             "same run or same erratum |")
+    assert f"| {R.REAL_SUBSTITUTE} | 0 | 0 | 0 | 0 | 0 | 0 | 2 | 0 |" in table
+
+
+def test_a_thesis_erratum_is_counted_once(tmp_path):
+    for name, ids in (("fig_space_agnostic_bounds", ("Gaussian-poly1", "SNN-a1")),
+                      ("fig_space_agnostic_bounds/mnist", ("mnist-train800",))):
+        _write(tmp_path / name / "results.json", {"config": {"quick": False}, "claims": [
+            {"id": f"{m}/b_lower_holds", "claim": "lower bounds hold", "held": False,
+             "detail": "vacuous"} for m in ids] + [
+            {"id": f"{ids[0]}/a_upper_holds", "claim": "upper bounds hold", "held": True}]})
+    results = [R.collect_job(R.JOB_BY_NAME[n], tmp_path, None)
+               for n in ("fig_space_agnostic_bounds", "fig_space_agnostic_bounds/mnist")]
+    assert R.count_errata_once(results) == 2
+    assert R.count_errata_once(results) == 0                     # idempotent
+    got = [(c.cid, c.verdict) for r in results for c in r.claims]
+    assert got == [("Gaussian-poly1/b_lower_holds", R.NOT_HELD),
+                   ("SNN-a1/b_lower_holds", R.SAME_ERRATUM),
+                   ("Gaussian-poly1/a_upper_holds", R.HELD),
+                   ("mnist-train800/b_lower_holds", R.SAME_ERRATUM),
+                   ("mnist-train800/a_upper_holds", R.HELD)]
+    assert "already counted once" in results[0].claims[1].note
+    head = _page_head(results)
+    assert "**3 thesis claims checked: 2 HELD, 1 NOT HELD**" in head
+    assert "2 SAME ERRATUM" in head and "The NOT HELD by cause: 1 thesis text." in head
+
+
+def _ablation(tmp_path, *, se, adawac, detail="tolerance 2.00", quick=False):
+    job = R.JOB_BY_NAME["adawac_tables/mni152"]
+    rows = [{"subset": "full", "method": "erm", "dsc_mean": 80.0},
+            {"subset": "full", "method": "adawac", "dsc_mean": 80.0 + adawac},
+            {"subset": "half-slice", "method": "adawac", "dsc_mean": 10.0}]
+    _write(tmp_path / job.name / "ablation" / "summary.json", {
+        "quick": quick, "seeds": [0, 1, 2], "rows": rows, "claims": [
+            {"id": "reweight_only_within_noise", "held": True, "detail": detail,
+             "claim": "reweighting alone brings little improvement",
+             "paired": {"mean": 0.1, "se": se, "n": 3}}]})
+    (c,) = R.collect_job(job, tmp_path, None).claims
+    return c
+
+
+def test_tolerance_claims_state_their_power_and_are_inconclusive_without_it(tmp_path):
+    # the band (2 points) would pass AdaWAC - ERM itself (+0.16 in this run): no power
+    c = _ablation(tmp_path, se=0.16, adawac=0.16)
+    assert (c.verdict, c.shown) == (R.INCONCLUSIVE, R.HELD)
+    assert "smallest effect it could tell apart from 'little' is 2.32 points" in c.reason
+    assert "+0.16 in this run" in c.reason and "no power" in c.reason
+    assert R._counts([c])[R.HELD] == 0 and R._counts([c])[R.INCONCLUSIVE] == 1
+    # AdaWAC clearly outside the band and the thesis' +2.38 detectable: HELD, power stated
+    c = _ablation(tmp_path, se=0.1, adawac=5.0)
+    assert c.verdict == R.HELD and "smallest effect it could tell apart" in c.note
+    assert "2.20 points" in c.note and "+5.00 in this run" in c.note
+    # a large standard error: the thesis' effect is below the detectable one
+    c = _ablation(tmp_path, se=1.0, adawac=5.0)
+    assert c.verdict == R.INCONCLUSIVE and "4.00 points" in c.reason   # max(2, 2) + 2
+    assert "below the smallest detectable effect" in c.reason
+    # no tolerance recorded: the power is unknown, so no HELD
+    assert _ablation(tmp_path, se=0.1, adawac=5.0, detail="").verdict == R.INCONCLUSIVE
+    # quick mode: a smoke verdict first
+    assert _ablation(tmp_path, se=0.1, adawac=5.0, quick=True).verdict == R.SMOKE
+
+
+def test_timing_claims_need_a_quiet_machine(tmp_path):
+    job = R.JOB_BY_NAME["fig_pivot_ps_time"]
+
+    def verdict(**cfg):
+        _write(tmp_path / job.name / "results.json", {"config": {
+            "quick": False, "env": {"jax": "0", "cpu_count": 2}, **cfg}, "claims": [
+            {"id": "lupp_fastest", "claim": "LUPP fastest", "held": True, "detail": "5x"},
+            {"id": "deim_faster_than_cpqr", "claim": "DEIM faster", "held": False,
+             "detail": "0.4x"}]})
+        return [(c.verdict, c.qualifier) for c in R.collect_job(job, tmp_path, None).claims]
+
+    quiet = verdict(loadavg_start=[0.7, 1.2, 1.5], loadavg_end=[1.9, 1.4, 1.5])
+    assert quiet == [(R.HELD, ""), (R.NOT_HELD, "")]
+    loaded = verdict(loadavg_start=[0.7, 1.2, 1.5], loadavg_end=[2.4, 1.4, 1.5])
+    assert loaded == [(R.NOT_EVALUATED, "load")] * 2
+    assert verdict() == [(R.NOT_EVALUATED, "no load record")] * 2
+    (c, d) = R.collect_job(job, tmp_path, None).claims
+    assert c.shown == R.HELD and "no load average" in c.reason
+    # the rand-err-rank timing claim only; its accuracy claims are not timing claims
+    rank = R.JOB_BY_NAME["fig_rand_err_rank"]
+    _write(tmp_path / rank.name / "results.json", {
+        "config": {"quick": False, "env": {"jax": "0", "cpu_count": 2},
+                   "loadavg_start": [9.1, 8.5, 7.6], "loadavg_end": [10.8, 9.4, 9.0]},
+        "datasets": {"snn1e3": {"draws_per_k": 5, "claims": [
+            {"id": "b_lupp_fastest", "held": False, "detail": "noise", "reason": "noise"},
+            {"id": "c_1piter_lupp", "held": True, "detail": "0.95"}]}}})
+    res = R.collect_job(rank, tmp_path, None)
+    assert [(c.verdict, c.qualifier) for c in res.claims] == [(R.NOT_EVALUATED, "load"),
+                                                              (R.HELD, "")]
+    assert "9.1, 8.5 at its start and 10.8, 9.4 at its end" in res.claims[0].reason
+    assert "the run showed NOT HELD: noise" in res.claims[0].note
+    head = _page_head([res])
+    assert "1 NOT EVALUATED (1 load)" in head
+
+
+def test_at_every_k_claims_need_five_draws_per_k(tmp_path):
+    job = R.JOB_BY_NAME["fig_rand_err_rank"]
+
+    def claims(**ds):
+        _write(tmp_path / job.name / "results.json", {"config": {"quick": False}, "datasets": {
+            "snn1e3": {**ds, "claims": [
+                {"id": "a_similar", "held": True, "detail": "1.05"},
+                {"id": "a_considerably_srcur", "held": False, "detail": "0.9",
+                 "reason": "0.9 < 1.1"},
+                {"id": "c_1piter_cpqr", "held": False, "detail": "0.976",
+                 "reason": "0.976 > 0.95"}]}}})
+        return R.collect_job(job, tmp_path, None).claims
+
+    one = claims()                                     # no record: the script's one draw per k
+    assert [(c.verdict, c.qualifier) for c in one] == [
+        (R.NOT_EVALUATED, "draws"), (R.NOT_EVALUATED, "draws"), (R.NOT_HELD, "")]
+    assert "has 1 draw(s) per k" in one[0].reason and "one trial per k" in one[0].reason
+    assert one[2].cause == R.THESIS_TEXT                # not an "at every k" claim: decided
+    assert "CPQR + swaps" in one[1].note               # the SRCUR rows say what SRCUR is
+    four = claims(draws_per_k=4)
+    assert four[0].verdict == R.NOT_EVALUATED and "has 4 draw(s)" in four[0].reason
+    five = claims(draws_per_k=5)
+    assert [c.verdict for c in five] == [R.HELD, R.NOT_HELD, R.NOT_HELD]
+
+
+def test_every_not_held_names_a_cause_from_the_list():
+    assert R.CAUSES == ("thesis text", "setting too small", "substitute data", "noise",
+                        "collapsed run", "defect")
+    assert set(R.CAUSE_MEANING) == set(R.CAUSES)
+    assert all(cause in R.CAUSES for _, _, cause, _ in R.NOT_HELD_CAUSES)
+    assert R.find_cause("adawac_tables/mni152", "trim:adawac_beats_trim_baselines")[0] == \
+        R.DEFECT
+    assert R.find_cause("adawac_tables/mni152", "ablation:acr_only_beats_baseline")[0] == \
+        R.SETTING_TOO_SMALL
+    assert R.find_cause("kahan_demo", ":anything") == ("", "")
+    c = R.Claim("fig_misspec", "a_beats", "DAC beats", R.NOT_HELD, reason="measured")
+    res = R.JobResult(job=R.JOB_BY_NAME["fig_misspec"], run=None, status="ok", mode="full",
+                      claims=[c])
+    assert R.unexplained_not_held([res]) == ["fig_misspec: a_beats (cause missing)"]
+    c.cause = "unlucky"
+    assert "is not one of thesis text" in R.unexplained_not_held([res])[0]
+    c.cause, c.reason = R.NOISE, " "
+    assert R.unexplained_not_held([res]) == ["fig_misspec: a_beats (no reason)"]
+
+
+def test_committed_results_count_only_what_can_decide():
+    """The committed full results (experiments/reproduction): every NOT HELD has a cause,
+    nothing counted comes from quick mode or one seed, and the page can be built."""
+    rd = R.FULL_RESULTS
+    if not (rd / R.MANIFEST).is_file():
+        pytest.skip("no committed results")
+    manifest = R.load_manifest(rd)
+    results = [R.collect_job(j, rd, R.latest_run(rd, j, manifest)) for j in R.JOBS]
+    R.count_errata_once(results)
+    assert R.unexplained_not_held(results) == []
+    counted = [c for r in results for c in r.claims if c.verdict in (R.HELD, R.NOT_HELD)]
+    assert counted and not any(c.mode == "quick" for c in counted)
+    lower = [c for r in results for c in r.claims if c.cid.endswith("b_lower_holds")]
+    assert sum(c.verdict == R.NOT_HELD for c in lower) <= 1     # the erratum counted once
+    acdc = [c for r in results if r.job.name == "fig_adawac" for c in r.claims
+            if "acdc" in c.cid]
+    assert acdc and all(c.verdict == R.SAME_RUN for c in acdc)
 
 
 # ------------------------------------------------------------------------ the registry
