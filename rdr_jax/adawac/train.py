@@ -42,7 +42,8 @@ __all__ = ["METHODS", "MethodSpec", "TRIM_KEEP_RATIO", "TinySegNet", "PairLoader
            "TrainState", "ModelGraph", "StepMetrics", "TrainResult", "method_spec",
            "validate_config", "build_model", "make_optimizer", "make_mesh", "init_state",
            "row_weights", "make_train_step", "settings_optimizer", "settings_step", "evaluate",
-           "save_checkpoint", "restore_checkpoint", "train", "save_history", "history_json"]
+           "save_checkpoint", "restore_checkpoint", "train", "train_runs", "SeedsResult",
+           "save_history", "history_json"]
 
 
 class MethodSpec(NamedTuple):
@@ -541,6 +542,47 @@ def _check_data(data: SliceDataset, num_classes: int) -> tuple[np.ndarray, np.nd
     return images, labels
 
 
+class _Setup(NamedTuple):
+    st: _Settings
+    images: np.ndarray
+    labels: np.ndarray
+    fg: np.ndarray
+    history_every: Optional[int]
+
+
+def _setup(config: Any, data: SliceDataset, num_classes: int, num_devices: int,
+           history_every: Optional[int]) -> _Setup:
+    st = validate_config(config, num_examples=len(data.images), num_devices=num_devices)
+    images, labels = _check_data(data, num_classes)
+    if history_every:   # None or 0: once per epoch
+        history_every = check_int("history_every", history_every, low=1)
+    return _Setup(st, images, labels, has_foreground(data), history_every)
+
+
+def _seed_run(config: Any, setup: _Setup, data: SliceDataset, num_classes: int,
+              seed: int) -> tuple:
+    """``(graph, state, loader, tables hook)`` of one seed (model, data order and history)."""
+    st = setup.st
+    model = build_model(config, num_classes, image_size=setup.images.shape[1], seed=seed)
+    graph, state = init_state(model, settings_optimizer(st),
+                              _initial_beta(st.spec, setup.fg, jnp.float32))
+    loader = PairLoader(len(setup.images), st.batch_size, seed=seed)
+    history = {"step": [], "epoch": [], "beta": [], "ce": [], "cons": [],
+               "has_foreground": setup.fg.astype(int).tolist(), "names": list(data.names),
+               "method": st.spec.name, "eta": st.eta, "lam": st.lam}
+    tables = _TableHistory(history, loader, setup.history_every or loader.steps_per_epoch,
+                           st.num_steps)
+    return graph, state, loader, tables
+
+
+def _test_evaluator(config: Any, graph: ModelGraph, test: Optional[VolumeDataset],
+                    num_classes: int, size: int) -> Optional[Callable]:
+    if test is None:
+        return None
+    eval_bs = int(_get(config, "eval_batch_size", 8))
+    return lambda s: evaluate(graph, s, test, num_classes, image_size=size, batch_size=eval_bs)
+
+
 def train(config: Any, data: SliceDataset, *, test: Optional[VolumeDataset] = None,
           num_classes: int = 9, workdir: Optional[Path | str] = None,
           stop_after: Optional[int] = None, devices: Optional[Sequence[Any]] = None,
@@ -563,20 +605,9 @@ def train(config: Any, data: SliceDataset, *, test: Optional[VolumeDataset] = No
         FloatingPointError: a non-finite loss (the last checkpoint stays the last good one).
     """
     mesh = make_mesh(devices)
-    n = len(data.images)
-    st = validate_config(config, num_examples=n, num_devices=mesh.size)
-    images, labels = _check_data(data, num_classes)
-    fg = has_foreground(data)
-    size = images.shape[1]
-    model = build_model(config, num_classes, image_size=size, seed=st.seed)
-    graph, state = init_state(model, settings_optimizer(st),
-                              _initial_beta(st.spec, fg, jnp.float32))
-    loader = PairLoader(n, st.batch_size, seed=st.seed)
-    history = {"step": [], "epoch": [], "beta": [], "ce": [], "cons": [],
-               "has_foreground": fg.astype(int).tolist(), "names": list(data.names),
-               "method": st.spec.name, "eta": st.eta, "lam": st.lam}
-    every = check_int("history_every", history_every or loader.steps_per_epoch, low=1)
-    tables = _TableHistory(history, loader, every, st.num_steps)
+    setup = _setup(config, data, num_classes, mesh.size, history_every)
+    st = setup.st
+    graph, state, loader, tables = _seed_run(config, setup, data, num_classes, st.seed)
     if stop_after is not None:
         stop_after = check_int("stop_after", stop_after, low=0)
     loop = LoopConfig(num_steps=st.num_steps,
@@ -584,17 +615,82 @@ def train(config: Any, data: SliceDataset, *, test: Optional[VolumeDataset] = No
                       checkpoint_every=int(_get(config, "checkpoint_every", 0) or 0),
                       workdir=workdir, stop_after=stop_after, progress=progress,
                       desc=f"{st.spec.name} (lr {st.lr:g})")
-    evaluate_fn = None
-    if test is not None:
-        eval_bs = int(_get(config, "eval_batch_size", 8))
-
-        def evaluate_fn(s):
-            return evaluate(graph, s, test, num_classes, image_size=size, batch_size=eval_bs)
     res = fit(settings_step(graph, st._replace(seed=0)), state,
-              _SliceBatches(loader, images, labels, fg), key=jax.random.key(st.seed),
-              loop=loop, mesh=mesh, evaluate=evaluate_fn, hooks=(tables,))
+              _SliceBatches(loader, setup.images, setup.labels, setup.fg),
+              key=jax.random.key(st.seed), loop=loop, mesh=mesh,
+              evaluate=_test_evaluator(config, graph, test, num_classes, setup.images.shape[1]),
+              hooks=(tables,))
     return TrainResult(jax.device_get(res.state), graph, res.losses, tables.state_dict(),
                        res.eval, res.resumed_from, res.seconds_per_step)
+
+
+class _EachRun:
+    """``fit_runs`` hook: run ``r``'s state to ``hooks[r].after_step``."""
+
+    def __init__(self, hooks: Sequence[Any]):
+        self.hooks = list(hooks)
+
+    def after_step(self, step: int, states: Any) -> None:
+        for r, h in enumerate(self.hooks):
+            h.after_step(step, states.run(r))
+
+
+class SeedsResult(NamedTuple):
+    """What :func:`train_runs` returns.
+
+    Attributes:
+        runs: one :class:`TrainResult` per seed (``resumed_from`` None). diverged: per seed,
+            the first step with a non-finite loss or None. batching: ``"vmap"`` /
+            ``"sequential"``. first_step_seconds: compilation included. seconds_per_step:
+            the other steps (all seeds).
+    """
+
+    runs: list
+    diverged: tuple
+    batching: str
+    first_step_seconds: float
+    seconds_per_step: float
+
+
+def train_runs(config: Any, data: SliceDataset, seeds: Sequence[int], *,
+               test: Optional[VolumeDataset] = None, num_classes: int = 9,
+               progress: bool = False, history_every: Optional[int] = None,
+               batching: str = "auto") -> SeedsResult:
+    """Train ``config`` for every seed of ``seeds`` as one program
+    (:func:`rdr_jax.training.fit_runs`): parameters, optimizer state, beta and data order carry
+    a leading seed axis; seed ``s`` computes what :func:`train` computes with ``seed = s``, up to
+    the order of floating-point sums.
+
+    Args:
+        config, data, test, num_classes, progress, history_every: as for :func:`train`.
+        seeds: distinct ints >= 0. batching: ``"auto"`` / ``"vmap"`` / ``"sequential"``.
+
+    Returns:
+        :class:`SeedsResult`. No checkpoints: a long run that must resume uses :func:`train`.
+    """
+    from rdr_jax.training import fit_runs
+
+    seeds = [check_int("seed", s, low=0) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be a non-empty list of distinct ints; got {seeds}")
+    setup = _setup(config, data, num_classes, 1, history_every)
+    st = setup.st
+    built = [_seed_run(config, setup, data, num_classes, s) for s in seeds]
+    graph = built[0][0]
+    loop = LoopConfig(num_steps=st.num_steps,
+                      log_every=int(_get(config, "log_every", 0) or built[0][2].steps_per_epoch),
+                      progress=progress, desc=f"{st.spec.name} x {len(seeds)} seeds")
+    res = fit_runs(settings_step(graph, st._replace(seed=0)), [b[1] for b in built],
+                   [_SliceBatches(b[2], setup.images, setup.labels, setup.fg) for b in built],
+                   keys=[jax.random.key(s) for s in seeds], loop=loop, batching=batching,
+                   hooks=(_EachRun([b[3] for b in built]),))
+    ev = _test_evaluator(config, graph, test, num_classes, setup.images.shape[1])
+    out = [TrainResult(jax.device_get(s), graph, res.losses[:, r].tolist(),
+                       b[3].state_dict(), None if ev is None else ev(s), None,
+                       res.seconds_per_step)
+           for r, (s, b) in enumerate(zip(res.states, built))]
+    return SeedsResult(out, res.diverged, res.batching, res.first_step_seconds,
+                       res.seconds_per_step)
 
 
 def save_history(path: Path | str, history: dict) -> Path:

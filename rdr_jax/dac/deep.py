@@ -40,6 +40,8 @@ __all__ = [
     "ModelGraph",
     "SmallCNN",
     "StepInputs",
+    "CellResult",
+    "RUN_FIELDS",
     "TrainResult",
     "TrainState",
     "apply_model",
@@ -61,6 +63,7 @@ __all__ = [
     "restore_checkpoint",
     "save_checkpoint",
     "train",
+    "train_runs",
     "weak_augment",
 ]
 
@@ -698,6 +701,68 @@ def _settings(config: Any) -> dict:
             "devices": jax.local_devices()[:num_devices] if num_devices else None, "fm": fm}
 
 
+def _check_train_arrays(train_images, train_labels) -> tuple[np.ndarray, np.ndarray]:
+    train_images = np.asarray(train_images)
+    train_labels = np.asarray(train_labels)
+    if train_images.ndim != 4 or len(train_images) != len(train_labels):
+        raise ValueError("train_images must have shape (N, H, W, C) and train_labels (N,); got "
+                         f"{train_images.shape} and {train_labels.shape}")
+    return train_images, train_labels
+
+
+def _default_to_float(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, np.float32)
+
+
+def _optimizer(config: Any, st: dict) -> optax.GradientTransformation:
+    return make_optimizer(_config_schedule(config, st["total_steps"]),
+                          momentum=float(_cfg_get(config, "momentum", 0.9)),
+                          nesterov=bool(_cfg_get(config, "nesterov", True)),
+                          weight_decay=float(_cfg_get(config, "weight_decay", 5e-4)),
+                          ema_decay=st["ema_decay"])
+
+
+def _model_state(config: Any, st: dict, tx) -> tuple[ModelGraph, TrainState]:
+    model = build_model(config.model if hasattr(config, "model") else config["model"],
+                        seed=st["seed"], dtype=st["dtype"])
+    return init_train_state(model, tx)
+
+
+def _cached_step(config: Any, graph: ModelGraph, tx, st: dict) -> tuple:
+    """The step and jitted eval step of a config: they depend on the graph and the step
+    settings only (seed, lam and DAC/DA-ERM are runtime values), so runs in one process (seeds,
+    lambda sweeps, resumes) share them and compile them once."""
+    step_cfg = {k: _plain(_cfg_get(config, k)) for k in _STEP_KEYS}
+    cache_key = (graph, json.dumps(step_cfg, sort_keys=True, default=str), st["fm"])
+    if cache_key not in _JIT_CACHE:
+        _JIT_CACHE[cache_key] = _build_step(graph, tx, st["alpha"], step_cfg, st["fm"])
+    return _JIT_CACHE[cache_key]
+
+
+def _batch_source(st: dict, images: np.ndarray, labels: np.ndarray, unlabeled_images,
+                  to_float) -> "_DacBatches":
+    from rdr_jax.dac.data import ArrayLoader
+    fm, seed, bs = st["fm"], st["seed"], st["batch_size"]
+    unl = None if fm is None else ArrayLoader(
+        unlabeled_images, np.zeros(len(unlabeled_images), np.int32), fm.mu * bs,
+        seed=seed + 1_000_003)
+    return _DacBatches(ArrayLoader(images, labels, bs, seed=seed), unl, to_float, st["lam"],
+                       st["method"] != "da_erm")
+
+
+def _run_key(st: dict) -> jax.Array:
+    return jax.random.fold_in(jax.random.key(st["seed"]), 1)
+
+
+def _evaluator(config: Any, jeval: Callable, test: Optional[tuple], to_float) -> Optional[
+        Callable]:
+    if test is None or test[0] is None:
+        return None
+    test_x, test_y = np.asarray(test[0]), np.asarray(test[1])
+    eval_bs = int(_cfg_get(config, "eval_batch_size", 500))
+    return lambda s: evaluate(jeval, s, test_x, test_y, eval_bs, to_float)
+
+
 def train(config: Any, train_images: np.ndarray, train_labels: np.ndarray,
           test_images: Optional[np.ndarray] = None, test_labels: Optional[np.ndarray] = None,
           *, unlabeled_images: Optional[np.ndarray] = None, workdir: Optional[Path | str] = None,
@@ -717,61 +782,111 @@ def train(config: Any, train_images: np.ndarray, train_labels: np.ndarray,
     Returns:
         :class:`TrainResult` (a resumed run is bitwise equal to an uninterrupted one on CPU).
     """
-    from rdr_jax.dac.data import ArrayLoader
-
     st = _settings(config)
-    if to_float is None:
-        to_float = lambda a: np.asarray(a, np.float32)  # noqa: E731
-    train_images = np.asarray(train_images)
-    train_labels = np.asarray(train_labels)
-    if train_images.ndim != 4 or len(train_images) != len(train_labels):
-        raise ValueError("train_images must have shape (N, H, W, C) and train_labels (N,); got "
-                         f"{train_images.shape} and {train_labels.shape}")
-    fm = st["fm"]
-    if fm is not None and unlabeled_images is None:
+    to_float = _default_to_float if to_float is None else to_float
+    train_images, train_labels = _check_train_arrays(train_images, train_labels)
+    if st["fm"] is not None and unlabeled_images is None:
         raise ValueError("method 'fixmatch_dac' needs unlabeled_images")
     mesh = make_mesh(st["devices"])
     if st["batch_size"] % mesh.size:
         raise ValueError(f"batch_size ({st['batch_size']}) must be divisible by the number of "
                          f"devices ({mesh.size}) for data parallelism over the batch axis "
                          f"(set num_devices)")
-
-    schedule = _config_schedule(config, st["total_steps"])
-    tx = make_optimizer(schedule, momentum=float(_cfg_get(config, "momentum", 0.9)),
-                        nesterov=bool(_cfg_get(config, "nesterov", True)),
-                        weight_decay=float(_cfg_get(config, "weight_decay", 5e-4)),
-                        ema_decay=st["ema_decay"])
-    model = build_model(config.model if hasattr(config, "model") else config["model"],
-                        seed=st["seed"], dtype=st["dtype"])
-    graph, state = init_train_state(model, tx)
-    del model
-    # The step depends on the graph and these settings only (seed, lam and DAC/DA-ERM are
-    # runtime values): runs in one process (seeds, lambda sweeps, resumes) share it, and fit
-    # compiles it once.
-    step_cfg = {k: _plain(_cfg_get(config, k)) for k in _STEP_KEYS}
-    cache_key = (graph, json.dumps(step_cfg, sort_keys=True, default=str), fm)
-    if cache_key not in _JIT_CACHE:
-        _JIT_CACHE[cache_key] = _build_step(graph, tx, st["alpha"], step_cfg, fm)
-    step, jeval = _JIT_CACHE[cache_key]
-
-    seed, bs = st["seed"], st["batch_size"]
-    unl = None if fm is None else ArrayLoader(
-        unlabeled_images, np.zeros(len(unlabeled_images), np.int32), fm.mu * bs,
-        seed=seed + 1_000_003)
-    batches = _DacBatches(ArrayLoader(train_images, train_labels, bs, seed=seed), unl,
-                          to_float, st["lam"], st["method"] != "da_erm")
-    evaluate_fn = None
-    if test_images is not None:
-        test_x, test_y = np.asarray(test_images), np.asarray(test_labels)
-        eval_bs = int(_cfg_get(config, "eval_batch_size", 500))
-
-        def evaluate_fn(s):
-            return evaluate(jeval, s, test_x, test_y, eval_bs, to_float)
+    tx = _optimizer(config, st)
+    graph, state = _model_state(config, st, tx)
+    step, jeval = _cached_step(config, graph, tx, st)
+    batches = _batch_source(st, train_images, train_labels, unlabeled_images, to_float)
     loop = LoopConfig(num_steps=st["total_steps"],
                       log_every=max(1, int(_cfg_get(config, "log_every", 100) or 100)),
                       checkpoint_every=int(_cfg_get(config, "checkpoint_every", 0) or 0),
                       workdir=workdir, stop_after=stop_after, progress=progress,
-                      desc=f"{st['method']} lam={st['lam']:g} alpha={st['alpha']} seed={seed}")
-    res = fit(step, state, batches, key=jax.random.fold_in(jax.random.key(seed), 1),
-              loop=loop, mesh=mesh, evaluate=evaluate_fn)
+                      desc=_run_desc(st))
+    res = fit(step, state, batches, key=_run_key(st), loop=loop, mesh=mesh,
+              evaluate=_evaluator(config, jeval, (test_images, test_labels), to_float))
     return TrainResult(res.state, graph, res.history, res.eval, res.resumed_from)
+
+
+def _run_desc(st: dict) -> str:
+    return f"{st['method']} lam={st['lam']:g} alpha={st['alpha']} seed={st['seed']}"
+
+
+class CellResult(NamedTuple):
+    """What :func:`train_runs` returns.
+
+    Attributes:
+        runs: one :class:`TrainResult` per run (``resumed_from`` None). diverged: per run, the
+            first step with a non-finite loss or None. batching: ``"vmap"`` / ``"sequential"``.
+        first_step_seconds: first step, compilation included. seconds_per_step: the others.
+    """
+
+    runs: list
+    diverged: tuple
+    batching: str
+    first_step_seconds: float
+    seconds_per_step: float
+
+
+#: the settings a run of :func:`train_runs` may change; the others shape the shared step
+RUN_FIELDS = ("seed", "lam", "method")
+
+
+def _run_config(config: Any, run: Any) -> dict:
+    if not isinstance(run, dict) or not set(run) <= set(RUN_FIELDS):
+        raise ValueError(f"each run must be a dict with keys among {RUN_FIELDS}; got {run!r}")
+    cfg = _plain(config) if not isinstance(config, dict) else dict(config)
+    cfg.update(run)
+    return cfg
+
+
+def train_runs(config: Any, runs: Any, data: tuple, *, test: Optional[tuple] = None,
+               unlabeled_images: Optional[np.ndarray] = None, progress: bool = False,
+               batching: str = "auto",
+               to_float: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> CellResult:
+    """Train the runs of one table cell (seeds, and a lambda grid: DAC and DA-ERM share the
+    step) as one program with :func:`rdr_jax.training.fit_runs`; run ``r`` computes what
+    :func:`train` computes for ``config`` updated with ``runs[r]``, up to the order of sums.
+
+    Args:
+        config: as for :func:`train`. runs: dicts of :data:`RUN_FIELDS` (``seed``, ``lam``,
+            ``method``: ``dac`` / ``da_erm``; FixMatch runs are all ``fixmatch_dac``).
+        data: ``(train_images, train_labels)``. test: ``(test_images, test_labels)`` or None.
+        unlabeled_images: FixMatch's pool. progress: tqdm bar. to_float: host batch -> [0, 1].
+        batching: ``"auto"`` / ``"vmap"`` / ``"sequential"`` (:func:`rdr_jax.training.fit_runs`).
+
+    Returns:
+        :class:`CellResult`. No checkpoints: a long run that must resume uses :func:`train`.
+    """
+    from rdr_jax.training import fit_runs
+
+    runs = list(runs)
+    if not runs:
+        raise ValueError("runs must name at least one run")
+    cfgs = [_run_config(config, r) for r in runs]
+    sts = [_settings(c) for c in cfgs]
+    shared = ("alpha", "total_steps", "batch_size", "ema_decay", "dtype", "fm")
+    for r, st in enumerate(sts[1:], 1):
+        diff = [k for k in shared if st[k] != sts[0][k]] + (
+            ["method"] if (st["fm"] is None) != (sts[0]["fm"] is None) else [])
+        if diff:
+            raise ValueError(f"run {r} differs from run 0 in {diff}; the runs of one cell "
+                             f"share the step (only {RUN_FIELDS} may differ)")
+    if sts[0]["fm"] is not None and unlabeled_images is None:
+        raise ValueError("method 'fixmatch_dac' needs unlabeled_images")
+    to_float = _default_to_float if to_float is None else to_float
+    images, labels = _check_train_arrays(*data)
+    tx = _optimizer(config, sts[0])
+    built = [_model_state(c, st, tx) for c, st in zip(cfgs, sts)]
+    graph = built[0][0]
+    step, jeval = _cached_step(cfgs[0], graph, tx, sts[0])
+    loop = LoopConfig(num_steps=sts[0]["total_steps"],
+                      log_every=max(1, int(_cfg_get(config, "log_every", 100) or 100)),
+                      progress=progress, desc=f"{len(runs)} runs ({_run_desc(sts[0])}, ...)")
+    res = fit_runs(step, [b[1] for b in built],
+                   [_batch_source(st, images, labels, unlabeled_images, to_float)
+                    for st in sts], keys=[_run_key(st) for st in sts], loop=loop,
+                   batching=batching)
+    ev = _evaluator(config, jeval, test, to_float)
+    out = [TrainResult(s, graph, h, None if ev is None else ev(s), None)
+           for s, h in zip(res.states, res.history)]
+    return CellResult(out, res.diverged, res.batching, res.first_step_seconds,
+                      res.seconds_per_step)

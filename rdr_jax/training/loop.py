@@ -26,7 +26,8 @@ from rdr_jax.training.metrics import MetricsFile
 from rdr_jax.training.parallel import (batch_layout, layout_shardings, make_mesh, replicated,
                                        shard_batch)
 
-__all__ = ["BatchSource", "CompiledStep", "FitResult", "LoopConfig", "fit", "jit_train_step"]
+__all__ = ["BatchSource", "CompiledStep", "FitResult", "LoopConfig", "check_loop", "fit",
+           "jit_train_step", "metric_vector_step", "step_options"]
 
 
 class BatchSource(Protocol):
@@ -106,8 +107,11 @@ _CPU_STEP_OPTIONS = (("xla_cpu_experimental_ynn_fusion_type", ""),)
 
 
 @functools.lru_cache(maxsize=8)
-def _step_options(platform: str) -> Optional[dict]:
-    """The ``compiler_options`` of a train step on ``platform`` (None: XLA's defaults)."""
+def step_options(platform: str) -> Optional[dict]:
+    """The XLA ``compiler_options`` every train step is compiled with on ``platform``: on CPU
+    no YNNPACK fusions (a jaxlib 0.10.2 miscompile, ``docs/xla_cpu_ynn_pad_repro.py``; probed
+    once, None when the jaxlib lacks the option); None (XLA's defaults) elsewhere.
+    """
     if platform != "cpu":
         return None
     opts = dict(_CPU_STEP_OPTIONS)
@@ -119,8 +123,12 @@ def _step_options(platform: str) -> Optional[dict]:
     return opts
 
 
-@functools.lru_cache(maxsize=64)
-def _compile(step: Callable, mesh: Mesh, layout: Any) -> CompiledStep:
+def metric_vector_step(step: Callable) -> tuple[Callable, list]:
+    """``(wrapped, names)``: ``wrapped(state, key, batch) -> (state, vector)`` runs
+    ``step(state, key, *batch)`` and stacks its scalar metrics into one vector (the loop's one
+    fetch per log interval); ``names`` is filled with their names when ``wrapped`` is traced.
+    ValueError at trace time if there is no scalar ``loss``.
+    """
     names: list = []
 
     def wrapped(state, key, batch):
@@ -134,10 +142,16 @@ def _compile(step: Callable, mesh: Mesh, layout: Any) -> CompiledStep:
         dt = jnp.result_type(float)
         return new, jnp.stack([jnp.asarray(v).astype(dt) for _, v in scal])
 
+    return wrapped, names
+
+
+@functools.lru_cache(maxsize=64)
+def _compile(step: Callable, mesh: Mesh, layout: Any) -> CompiledStep:
+    wrapped, names = metric_vector_step(step)
     repl = replicated(mesh)
     fn = jax.jit(wrapped, in_shardings=(repl, repl, layout_shardings(mesh, layout)),
                  out_shardings=(repl, repl), donate_argnums=(0,),
-                 compiler_options=_step_options(mesh.devices.flat[0].platform))
+                 compiler_options=step_options(mesh.devices.flat[0].platform))
     return CompiledStep(fn, names)
 
 
@@ -150,7 +164,8 @@ def jit_train_step(step: Callable, mesh: Mesh, batch: tuple) -> CompiledStep:
     return _compile(step, mesh, batch_layout(batch))
 
 
-def _check_loop(loop: LoopConfig) -> LoopConfig:
+def check_loop(loop: LoopConfig) -> LoopConfig:
+    """``loop`` if it is a valid :class:`LoopConfig`; TypeError / ValueError naming the field."""
     if not isinstance(loop, LoopConfig):
         raise TypeError(f"loop must be a LoopConfig; got {type(loop).__name__}")
 
@@ -256,7 +271,7 @@ def fit(step: Callable, state: Any, data: BatchSource, *, key: jax.Array, loop: 
         FloatingPointError: a non-finite loss (found at a fetch; the last checkpoint stays the
             last good one). ValueError: bad settings, a batch that does not split, no ``loss``.
     """
-    loop = _check_loop(loop)
+    loop = check_loop(loop)
     mesh = make_mesh() if mesh is None else mesh
     repl = replicated(mesh)
     workdir = None if loop.workdir is None else Path(loop.workdir)
