@@ -181,6 +181,28 @@ def test_quick_end_to_end_sample_eff(tables, tmp_path, data):
         assert c["held"] or c["reason"]
         p = c["paired"]
         assert math.isclose(p["mean"], float(np.mean(p["diffs"])), abs_tol=1e-9)
+    # fig:synapse-weights on MNI152 from the AdaWAC-on-full runs of both seeds
+    w = json.loads((out / "weights" / "summary.json").read_text())
+    assert (out / "weights" / "weights.png").stat().st_size > 0
+    assert w["seeds"] == [0, 1] and w["lambda"] == 2.0 and len(w["auc_beta_has_foreground"]) == 2
+    assert all(0.0 <= a <= 1.0 for a in w["auc_beta_has_foreground"])
+    assert {c["id"] for c in w["claims"]} >= {"weights_c_beta_separates"}
+    assert all(c["thesis_label"] == "fig:synapse-weights" for c in w["claims"])
+    assert "one template brain" in w["substitute_limits"] and "80%" in w["substitute_limits"]
+
+
+def test_ablation_eta_chosen_on_validation_not_test(tables):
+    rows = []
+    for seed in (0, 1, 2):
+        for label, val, test in (("AdaWAC-0.01", 70.0, 90.0), ("AdaWAC-1.0", 75.0, 60.0),
+                                 ("AdaWAC", 72.0 + seed, 61.0)):
+            rows.append({"row": label, "subset": "full", "seed": seed, "val_dsc": val,
+                         "dsc": test})
+    best, val = tables._best_eta_row(rows)
+    assert best == "AdaWAC-1.0" and val == {"AdaWAC-0.01": 70.0, "AdaWAC-1.0": 75.0,
+                                            "AdaWAC": 73.0}
+    rows = [dict(r, val_dsc=float("nan")) if r["row"] == "AdaWAC-1.0" else r for r in rows]
+    assert tables._best_eta_row(rows)[0] == "AdaWAC"      # a diverged row never wins
 
 
 def test_missing_nilearn_is_a_clear_error(monkeypatch):

@@ -666,7 +666,8 @@ def train_runs(config: Any, data: SliceDataset, seeds: Sequence[int], *,
         seeds: distinct ints >= 0. batching: ``"auto"`` / ``"vmap"`` / ``"sequential"``.
 
     Returns:
-        :class:`SeedsResult`. No checkpoints: a long run that must resume uses :func:`train`.
+        :class:`SeedsResult` (a diverged seed is not evaluated: its ``test`` is None). No
+        checkpoints: a long run that must resume uses :func:`train`.
     """
     from rdr_jax.training import fit_runs
 
@@ -686,7 +687,8 @@ def train_runs(config: Any, data: SliceDataset, seeds: Sequence[int], *,
                    hooks=(_EachRun([b[3] for b in built]),))
     ev = _test_evaluator(config, graph, test, num_classes, setup.images.shape[1])
     out = [TrainResult(jax.device_get(s), graph, res.losses[:, r].tolist(),
-                       b[3].state_dict(), None if ev is None else ev(s), None,
+                       b[3].state_dict(),
+                       None if ev is None or res.diverged[r] is not None else ev(s), None,
                        res.seconds_per_step)
            for r, (s, b) in enumerate(zip(res.states, built))]
     return SeedsResult(out, res.diverged, res.batching, res.first_step_seconds,

@@ -854,7 +854,8 @@ def train_runs(config: Any, runs: Any, data: tuple, *, test: Optional[tuple] = N
         batching: ``"auto"`` / ``"vmap"`` / ``"sequential"`` (:func:`rdr_jax.training.fit_runs`).
 
     Returns:
-        :class:`CellResult`. No checkpoints: a long run that must resume uses :func:`train`.
+        :class:`CellResult` (a diverged run is not evaluated: its ``test`` is None). No
+        checkpoints: a long run that must resume uses :func:`train`.
     """
     from rdr_jax.training import fit_runs
 
@@ -886,7 +887,7 @@ def train_runs(config: Any, runs: Any, data: tuple, *, test: Optional[tuple] = N
                     for st in sts], keys=[_run_key(st) for st in sts], loop=loop,
                    batching=batching)
     ev = _evaluator(config, jeval, test, to_float)
-    out = [TrainResult(s, graph, h, None if ev is None else ev(s), None)
-           for s, h in zip(res.states, res.history)]
+    out = [TrainResult(s, graph, h, None if ev is None or bad is not None else ev(s), None)
+           for s, h, bad in zip(res.states, res.history, res.diverged)]
     return CellResult(out, res.diverged, res.batching, res.first_step_seconds,
                       res.seconds_per_step)
