@@ -49,7 +49,7 @@ def unstack_runs(tree: Any) -> list:
 
 def resolve_batching(batching: str, platform: str) -> str:
     """The batching ``"auto"`` means on ``platform``: ``"sequential"`` on CPU (XLA:CPU runs a
-    vmapped convolution with per-run weights as a grouped convolution, measured 1.3-2x slower
+    vmapped convolution with per-run weights as a grouped convolution, measured 1.6-2.3x slower
     than the runs one after another: ``experiments/bench_training.py``), ``"vmap"`` elsewhere.
     Other values are returned as they are; ValueError outside :data:`BATCHINGS`.
     """
