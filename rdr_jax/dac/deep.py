@@ -508,17 +508,20 @@ def make_train_step(graph: ModelGraph, tx: optax.GradientTransformation, *, alph
 
 def make_eval_step(graph: ModelGraph, normalize: Callable[[Array], Array] = _identity
                    ) -> Callable:
-    """``eval_step(state, images, labels, mask) -> (correct, ce_sum)`` with
+    """``eval_step(state, images, labels, mask) -> (correct, ce_sum, class_counts)`` with
     BatchNorm in evaluation mode and :func:`rdr_jax.training.eval_params`; ``mask`` drops
-    padded rows.
+    padded rows; ``class_counts[k]`` counts the unmasked rows predicted as class ``k``.
     """
 
     def eval_step(state: TrainState, images, labels, mask):
         model = nnx.merge(graph.eval, eval_params(state), state.model_state)
         logits = _f32(model(normalize(images)))
         ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-        correct = (jnp.argmax(logits, -1) == labels) & mask
-        return jnp.sum(correct), jnp.sum(jnp.where(mask, ce, 0.0))
+        pred = jnp.argmax(logits, -1)
+        correct = (pred == labels) & mask
+        counts = jnp.sum(jax.nn.one_hot(pred, logits.shape[-1], dtype=jnp.int32)
+                         * mask[:, None].astype(jnp.int32), axis=0)
+        return jnp.sum(correct), jnp.sum(jnp.where(mask, ce, 0.0)), counts
 
     return eval_step
 
@@ -529,8 +532,13 @@ def evaluate(eval_step: Callable, state: TrainState, images: np.ndarray, labels:
     """Test accuracy and mean cross-entropy over host arrays, in fixed-size batches
     (the last padded, so ``eval_step`` compiles once; split over the state's mesh).
 
+    ``top_class_fraction`` is the share of the predictions that fall in the most frequently
+    predicted class: 1 / K for balanced predictions, 1 for a model that predicts one class
+    for every input (a collapsed run; non-finite logits also give 1, as argmax returns the
+    first NaN).
+
     Returns:
-        ``{"accuracy", "ce", "n"}``.
+        ``{"accuracy", "ce", "n", "top_class_fraction"}``.
     """
     n = len(labels)
     check_int("batch_size", batch_size, low=1)
@@ -550,9 +558,11 @@ def evaluate(eval_step: Callable, state: TrainState, images: np.ndarray, labels:
                                                                                batch)
         sums.append(eval_step(state, *batch))
     sums = jax.device_get(sums)                    # one fetch; summed on the host in float64
-    correct = sum(int(c) for c, _ in sums)
-    ce = sum(float(l) for _, l in sums)
-    return {"accuracy": correct / n, "ce": ce / n, "n": n}
+    correct = sum(int(c) for c, _, _ in sums)
+    ce = sum(float(l) for _, l, _ in sums)
+    counts = np.sum([np.asarray(k, np.int64) for _, _, k in sums], axis=0)
+    return {"accuracy": correct / n, "ce": ce / n, "n": n,
+            "top_class_fraction": float(counts.max()) / n}
 
 
 # --------------------------------------------------------------------------------------
