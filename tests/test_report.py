@@ -478,7 +478,7 @@ def test_quick_mode_and_single_seed_runs_never_enter_the_headline(tmp_path):
            {"quick": False, "seeds": [0, 1, 2], "claims": claims})
     three = R.collect_job(job, tmp_path, None)
     assert [c.verdict for c in three.claims] == [R.HELD, R.NOT_HELD]
-    assert three.claims[1].cause == R.SETTING_TOO_SMALL
+    assert three.claims[1].cause == R.SUBSTITUTE_DATA      # NOT_HELD_CAUSES' mni152 entry
     assert "**2 thesis claims checked: 1 HELD, 1 NOT HELD**" in _page_head([three])
     # quick mode, any number of seeds: never counted
     _write(tmp_path / job.name / "sample_eff" / "summary.json",
@@ -616,8 +616,8 @@ def test_every_not_held_names_a_cause_from_the_list():
     assert set(R.CAUSE_MEANING) == set(R.CAUSES)
     assert all(cause in R.CAUSES for _, _, cause, _ in R.NOT_HELD_CAUSES)
     assert R.find_cause("adawac_tables/mni152", "trim:adawac_beats_trim_baselines")[0] == \
-        R.DEFECT
-    assert R.find_cause("adawac_tables/mni152", "ablation:acr_only_beats_baseline")[0] == \
+        R.SUBSTITUTE_DATA
+    assert R.find_cause("dac_mnist/different_lambda", "x:lambda_1_best")[0] == \
         R.SETTING_TOO_SMALL
     assert R.find_cause("kahan_demo", ":anything") == ("", "")
     c = R.Claim("fig_misspec", "a_beats", "DAC beats", R.NOT_HELD, reason="measured")
