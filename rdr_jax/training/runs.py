@@ -86,9 +86,27 @@ class RunStates:
             return jax.tree.map(lambda a: a[i], self._states)
         return self._states[i]
 
+    def view(self, i: int) -> "_RunView":
+        """Run ``i``'s state, sliced lazily: ``view(i).beta`` slices only ``beta`` (a hook
+        that reads one field on some steps does not copy the parameters on every step)."""
+        return _RunView(self, i)
+
     def stacked(self) -> Any:
         """All states with a leading run axis."""
         return self._states if self.batching == "vmap" else stack_runs(self._states)
+
+
+class _RunView:
+    """Attribute access to one run's state without slicing the rest (:meth:`RunStates.view`)."""
+
+    def __init__(self, states: RunStates, i: int):
+        self._s, self._i = states, i
+
+    def __getattr__(self, name: str) -> Any:
+        s = self._s
+        if s.batching == "vmap":
+            return jax.tree.map(lambda a: a[self._i], getattr(s._states, name))
+        return getattr(s._states[self._i], name)
 
 
 class RunsResult(NamedTuple):
@@ -154,12 +172,11 @@ def fit_runs(step: Callable, states: Sequence[Any], sources: Sequence[BatchSourc
     platform = _platform(states[0])
     mode = resolve_batching(batching, platform)
     fn, names = _compile_runs(step, mode, platform)
-    copy = functools.partial(jax.tree.map, lambda a: jnp.array(a, copy=True))  # fn donates
     if mode == "vmap":
-        cur: Any = stack_runs([copy(s) for s in states])
+        cur: Any = stack_runs(states)          # new buffers: the callers' states survive
         keys_dev: Any = stack_runs(list(keys))
     else:
-        cur = [copy(s) for s in states]
+        cur = [jax.tree.map(lambda a: jnp.array(a, copy=True), s) for s in states]  # donated
         keys_dev = list(keys)
     hooks = tuple(hooks)
     vecs: list = []
