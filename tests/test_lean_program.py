@@ -7,6 +7,7 @@ import warnings
 from collections import Counter
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -48,6 +49,33 @@ def test_rank_sweep_compiles_at_most_five_programs():
         assert d.cols.shape == (k,) and d.W.shape == (k, 240) and d.C.shape == (260, k)
     assert D._interpolative._cache_size() - before <= 5
     assert {SL.rank_bucket(k, 240) for k in range(10, 201, 10)} == {16, 25, 50, 100, 200}
+
+
+@pytest.mark.parametrize("entry", ["interpolative", "cur", "select_columns", "select_skeletons"])
+def test_traced_calls_run_at_exact_sizes(entry, x64):
+    """Under jit and vmap the enclosing program is traced for its k anyway: no rank bucket
+    (k = 30 would pad to 50, l = 40 to 60), and the same skeletons as the eager call."""
+    A = jnp.asarray(np.random.default_rng(4).standard_normal((260, 240)))
+    f = {"interpolative": lambda key: R.interpolative(key, A, 30, on_rank_deficient="ignore"),
+         "cur": lambda key: R.cur(key, A, 30, on_rank_deficient="ignore"),
+         "select_columns": lambda key: R.select_columns(key, A, 30),
+         "select_skeletons": lambda key: R.select_skeletons(key, A, 30)}[entry]
+    key = jax.random.key(5)
+    shapes, todo = set(), [jax.make_jaxpr(f)(key).jaxpr]
+    while todo:
+        for eqn in todo.pop().eqns:
+            shapes |= {tuple(v.aval.shape) for v in eqn.outvars}
+            todo.extend(jax.extend.core.jaxprs_in_params(eqn.params))
+    assert shapes and not any(d in (50, 60) for s in shapes for d in s), sorted(shapes)
+    eager, jitted = f(key), jax.jit(f)(key)
+    batched = jax.vmap(f)(jax.random.split(key, 2))
+    for name in ("cols", "rows"):
+        if hasattr(eager, name):
+            np.testing.assert_array_equal(np.asarray(getattr(jitted, name)),
+                                          np.asarray(getattr(eager, name)))
+            np.testing.assert_array_equal(np.asarray(getattr(batched, name)[0]),
+                                          np.asarray(getattr(f(jax.random.split(key, 2)[0]),
+                                                             name)))
 
 
 @pytest.mark.parametrize("k,method", [(10, "lupp"), (30, "lupp"), (70, "lupp"), (130, "lupp"),

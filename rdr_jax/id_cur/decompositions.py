@@ -707,7 +707,7 @@ def _run_interpolative(key, A, k, side, method, on_rank_deficient, failure_prob)
     k = check_rank(k, op.shape)
     m = resolve_method(method).for_operator(op, adjoint=side == "row")   # a row ID runs on A^H
     m.pivot.check_backend()
-    sz = SL.plan(m, k, sketch_size(m, k, op.shape), op.shape)
+    sz = SL.plan(m, k, sketch_size(m, k, op.shape), op.shape, key)
     out = _interpolative(key, op, *sz, _Options(m, side, _sharded(op),
                                                 _bound_options(failure_prob, op)))
     return _finish(out, failure_prob is not None, k, _TRIM[side], on_rank_deficient)
@@ -856,7 +856,7 @@ def _run_cur(key, A, k, method, on_rank_deficient, failure_prob):
     k = check_rank(k, op.shape)
     m = resolve_method(method).for_operator(op)
     m.pivot.check_backend()
-    sz = SL.plan(m, k, sketch_size(m, k, op.shape), op.shape)
+    sz = SL.plan(m, k, sketch_size(m, k, op.shape), op.shape, key)
     out = _cur(key, op, *sz, _Options(m, "cur", _sharded(op), _bound_options(failure_prob, op)))
     return _finish(out, failure_prob is not None, k, _TRIM["cur"], on_rank_deficient)
 

@@ -661,11 +661,13 @@ def _select_skeletons(key, op, k, l, kb, lb, method):
                      rp.eta)
 
 
-def plan(method: "Method", k: int, l: int, shape) -> Sizes:
-    """Static and dynamic sizes of an eager call: the rank bucket when the method allows it
-    (:func:`bucketable`; k and l are then traced, so every rank of a bucket -- the bucket
-    size itself included -- shares one program), else exact static sizes."""
-    if not bucketable(method):
+def plan(method: "Method", k: int, l: int, shape, key=None) -> Sizes:
+    """Static and dynamic sizes of a call: for an eager call (``key`` concrete or None) the
+    rank bucket when the method allows it (:func:`bucketable`; k and l are then traced, so
+    every rank of a bucket -- the bucket size itself included -- shares one program), else
+    exact static sizes. Under jit/vmap (``key`` a tracer) the sizes are exact: the enclosing
+    program is traced for this k anyway, and padding would only add work (up to 2x k)."""
+    if not bucketable(method) or (key is not None and not V.is_concrete(key)):
         return Sizes(None, None, k, l)
     cap = min(shape)
     kb = rank_bucket(k, cap)
@@ -730,7 +732,7 @@ def select_columns(key, A: Any, k: int, *, method: Any = "lupp") -> ColumnSelect
       :class:`ColumnSelection` ``(cols, W, eta)``; jit- and vmap-able over keys.
     """
     key, op, k, l, method = _boundary(key, A, k, method)
-    sz = plan(method, k, l, op.shape)
+    sz = plan(method, k, l, op.shape, key)
     res = trim(_select_columns(key, op, *sz, method), k, {"cols": 0, "W": 0})
     V.warn_if_nonfinite(res.eta, "the certificate eta")
     return res
@@ -752,6 +754,6 @@ def select_skeletons(key, A: Any, k: int, *, method: Any = "lupp") -> Skeletons:
     Returns :class:`Skeletons`.
     """
     key, op, k, l, method = _boundary(key, A, k, method)
-    sz = plan(method, k, l, op.shape)
+    sz = plan(method, k, l, op.shape, key)
     return trim(_select_skeletons(key, op, *sz, method), k,
                 {"cols": 0, "rows": 0, "W_cols": 0, "W_rows": 1})
