@@ -548,12 +548,6 @@ CLAIM_NOTES: tuple[tuple[str, str, ClaimNote], ...] = (
                "'perhaps surprising, given the substantially larger number of flops required "
                "by DEIM'")),
     ("fig_pivot_ps_time", "*", ClaimNote(reason=_TIMING)),
-    ("train_dac", "dac_mnist/different_labeled_samples:*everywhere*", ClaimNote(
-        note="its 200-label cells are the same runs as the 3-augmentation cells of "
-             "dac_mnist/different_number_of_aug (one point of each claim's grid)")),
-    ("train_dac", "dac_mnist/different_number_of_aug:*everywhere*", ClaimNote(
-        note="its 7-augmentation cells are the same runs as the DA-ERM and lambda = 5 cells of "
-             "dac_mnist/different_lambda (one point of each claim's grid)")),
     ("fig_rand_err_rank", "a_considerably_srcur", ClaimNote(
         label=_RAND_ERR_LABELS, note=_SRCUR)),
     ("fig_rand_err_rank", "a_similar", ClaimNote(
