@@ -28,6 +28,8 @@ import numpy as np
 import scipy.io
 import scipy.sparse
 
+from rdr_jax._src.optional import require
+
 __all__ = [
     "DATASETS",
     "MNIST_5K_DESCRIPTION",
@@ -564,10 +566,13 @@ def _is_numeric(a: np.ndarray) -> bool:
 
 
 def _read_mat_variables(p: Path) -> dict[str, np.ndarray]:
-    """Read the numeric arrays of a MATLAB v5 or v7.3 file, rows as in MATLAB."""
-    import h5py
-
-    if h5py.is_hdf5(p):
+    """Read the numeric arrays of a MATLAB v5 or v7.3 file, rows as in MATLAB (v7.3 is HDF5:
+    it needs h5py, the ``io`` extra)."""
+    try:
+        import h5py
+    except ImportError:
+        h5py = None
+    if h5py is not None and h5py.is_hdf5(p):
         out: dict[str, np.ndarray] = {}
         try:
             with h5py.File(p, "r") as f:
@@ -585,7 +590,9 @@ def _read_mat_variables(p: Path) -> dict[str, np.ndarray]:
         return out
     try:
         raw = scipy.io.loadmat(p)
-    except NotImplementedError as exc:  # v7.3 that h5py did not recognise
+    except NotImplementedError as exc:  # v7.3 that h5py did not recognise, or no h5py
+        if h5py is None:
+            require("h5py", f"reading the MATLAB v7.3 (HDF5) file '{p}'")
         raise ValueError(f"cannot read MATLAB file '{p}': {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - scipy raises various types
         raise ValueError(f"'{p}' is not a readable MATLAB .mat file: {exc}") from exc
@@ -747,6 +754,7 @@ def load_digits_matrix(
     """scikit-learn's bundled 8x8 digits as a 1797 x 64 float64 matrix
     (divided by 16 with ``normalize``; labels with ``return_labels``).
     """
+    require("sklearn", "load_digits (scikit-learn's bundled digits)")
     from sklearn.datasets import load_digits
 
     bunch = load_digits()

@@ -63,7 +63,8 @@ try:  # numba only serves the CPU kernels: without a working one, the XLA formul
     _NUMBA_ERROR = None
 except Exception as e:  # pragma: no cover - e.g. a numba built for another NumPy
     numba = types = intrinsic = None
-    _NUMBA_ERROR = f"numba cannot be imported ({type(e).__name__}: {e})"
+    _NUMBA_ERROR = (f"numba cannot be imported ({type(e).__name__}: {e}); the CPU kernels "
+                    "need pip install numba (the extra [kernels])")
 
 __all__ = ["FFI_API_VERSION", "KERNELS_ENV", "KernelFallbackWarning", "NUMBA_VERSIONS",
            "cpu_kernels_status", "sparse_matmul", "sparse_sign_apply_host",

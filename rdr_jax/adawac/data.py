@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Optional, Sequence, Union
 import numpy as np
 import scipy.ndimage
 
+from rdr_jax._src.optional import require
 from rdr_jax._src.validation import check_int
 
 __all__ = [
@@ -120,7 +121,7 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _read_h5(path: Path, what: str) -> tuple[np.ndarray, np.ndarray]:
-    import h5py
+    h5py = require("h5py", f"reading the {what} file {str(path)!r}")
 
     _require(path, what)
     try:

@@ -14,6 +14,7 @@ import numpy as np
 
 from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
+from rdr_jax._src.optional import progress_bar, require
 from rdr_jax.id_cur import selection as SL
 from rdr_jax.id_cur import streaming as ST
 from rdr_jax.id_cur.decompositions import CUR
@@ -368,7 +369,7 @@ def _sniff(path: Path) -> str:
     with open(path, "rb") as f:
         head = f.read(8)
     if head == b"\x89HDF\r\n\x1a\n" or path.suffix.lower() in _HDF5_SUFFIXES:
-        import h5py
+        h5py = require("h5py", f"reading the HDF5 file {str(path)!r}")
         if not h5py.is_hdf5(path):
             raise ValueError(f"{str(path)!r} has an HDF5 suffix but is not an HDF5 file (a "
                              "MATLAB .mat file must be saved with -v7.3)")
@@ -465,7 +466,7 @@ def streaming_cur(key, A: DiskMatrix, k: int, *, method: Any = "lupp", axis: int
       method: ``"lupp"`` (default), ``"cpqr"`` or a :class:`~rdr_jax.Method` with one of
         them (its sketch, ``"gaussian"`` or ``"sparse_sign"``, and oversampling are used).
       axis: 0 streams row blocks, 1 column blocks.
-      progress: show a tqdm progress bar over the blocks of each pass.
+      progress: show a tqdm progress bar over the blocks of each pass (none without tqdm).
 
     Returns:
       :class:`rdr_jax.id_cur.decompositions.CUR` with ``rows``, ``cols``, ``C``, ``U = S^+``, ``R``,
@@ -476,8 +477,6 @@ def streaming_cur(key, A: DiskMatrix, k: int, *, method: Any = "lupp", axis: int
         A = DiskMatrix.open("big.h5", dataset="A", memory_budget=256 * 2**20)
         cur = streaming_cur(jax.random.key(0), A, 50)
     """
-    from tqdm.auto import tqdm
-
     if not isinstance(A, DiskMatrix):
         raise TypeError(f"A must be a DiskMatrix (DiskMatrix.open(path, ...)); got "
                         f"{type(A).__name__}")
@@ -491,14 +490,16 @@ def streaming_cur(key, A: DiskMatrix, k: int, *, method: Any = "lupp", axis: int
     shape = (m, n) if axis == 0 else (n, m)
     what = "row blocks" if axis == 0 else "column blocks"
     skel = ST.streaming_skeletons(
-        key, tqdm(A.blocks(axis, adjoint=axis == 1), desc=f"pass 1/2: sketch ({what})", **bar),
+        key, progress_bar(A.blocks(axis, adjoint=axis == 1), desc=f"pass 1/2: sketch ({what})",
+                          **bar),
         shape, k, method=method, axis=0)
     rows, cols = np.asarray(skel.rows), np.asarray(skel.cols)
     eta, eta_rows = skel.eta, skel.eta_rows
     del skel  # free the sketches X, Y before the second pass
     C, S, R = ST.retrieve_skeletons(
-        tqdm(A.blocks(axis, adjoint=axis == 1), desc=f"pass 2/2: collect C, S, R ({what})",
-             **bar), shape, rows, cols, axis=0)
+        progress_bar(A.blocks(axis, adjoint=axis == 1),
+                     desc=f"pass 2/2: collect C, S, R ({what})", **bar),
+        shape, rows, cols, axis=0)
     if axis == 1:  # skeletons of A^H: its rows are A's columns; C' = R^H, R' = C^H, S' = S^H
         rows, cols, eta, eta_rows = cols, rows, eta_rows, eta
         C, S, R = R.conj().T, S.conj().T, C.conj().T

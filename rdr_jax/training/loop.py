@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
+from rdr_jax._src.optional import progress_bar
 from rdr_jax.training.checkpoint import restore_checkpoint, save_checkpoint
 from rdr_jax.training.metrics import MetricsFile
 from rdr_jax.training.parallel import (batch_layout, layout_shardings, make_mesh, replicated,
@@ -298,9 +299,8 @@ def fit(step: Callable, state: Any, data: BatchSource, *, key: jax.Array, loop: 
     last_saved = resumed_from
     compiled: Optional[CompiledStep] = None
 
-    from tqdm.auto import tqdm
-    bar = tqdm(total=loop.num_steps, initial=min(start, loop.num_steps), desc=loop.desc,
-               disable=not loop.progress, leave=False)
+    bar = progress_bar(total=loop.num_steps, initial=min(start, loop.num_steps),
+                       desc=loop.desc, disable=not loop.progress, leave=False)
 
     def save() -> int:
         return save_checkpoint(ckpt_dir, state, {

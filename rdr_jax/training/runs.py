@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rdr_jax._src.optional import progress_bar
 from rdr_jax.training.loop import BatchSource, LoopConfig, check_loop, metric_vector_step, \
     step_options
 
@@ -184,8 +185,8 @@ def fit_runs(step: Callable, states: Sequence[Any], sources: Sequence[BatchSourc
     rows: list = [[] for _ in range(n)]
     pending: list = []
     diverged: list = [None] * n
-    from tqdm.auto import tqdm
-    bar = tqdm(total=loop.num_steps, desc=loop.desc, disable=not loop.progress, leave=False)
+    bar = progress_bar(total=loop.num_steps, desc=loop.desc, disable=not loop.progress,
+                       leave=False)
 
     def flush(s: int) -> None:
         if not vecs:
