@@ -7,7 +7,9 @@ Usage::
 
 Measures (static analysis of ``rdr_jax/`` with :mod:`ast`, plus the entry points' signatures):
 
-* parameters of each core entry point (target: at most 8, scikit-learn's ``randomized_svd`` has 8);
+* parameters of each core entry point (target: at most 8, scikit-learn's ``randomized_svd`` has 8),
+  and of every public function of every public module (``__all__``; issue 32's target: none
+  above 8);
 * import cycles between rdr_jax modules (every ``import`` statement, function-level ones too);
 * private names imported across modules (``from rdr_jax.a import _b`` or ``a._b`` on an imported
   module), outside the internal package ``rdr_jax._src``;
@@ -151,12 +153,35 @@ def parameter_counts() -> dict:
     return out
 
 
+def public_function_parameters() -> dict:
+    """``module.qualname`` -> parameter count of every public function (in a public module's
+    ``__all__``, defined in rdr_jax; signatures followed through ``functools.wraps``)."""
+    import importlib
+    out = {}
+    for name in sorted(_modules()):
+        if any(part.startswith("_") for part in name.split(".")):
+            continue
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:          # a module of an extra that is not installed
+            continue
+        for attr in getattr(mod, "__all__", ()):
+            f = getattr(mod, attr, None)
+            if not inspect.isfunction(f) or not f.__module__.startswith("rdr_jax"):
+                continue
+            out[f"{f.__module__}.{f.__qualname__}"] = len(inspect.signature(f).parameters)
+    return dict(sorted(out.items()))
+
+
 def measure() -> dict:
     mods = _modules()
     edges, private = import_graph(mods)
     doc, code = doc_and_code_lines(mods)
     readme = (ROOT / "README.md").read_text().splitlines()
-    return {"parameters": parameter_counts(), "import_cycles": cycles(edges),
+    public = public_function_parameters()
+    return {"parameters": parameter_counts(), "public_functions": len(public),
+            "public_over_8": {k: n for k, n in public.items() if n > 8},
+            "import_cycles": cycles(edges),
             "private_cross_module_imports": private, "docstring_lines": doc, "code_lines": code,
             "docstring_ratio": round(doc / code, 3), "readme_lines": len(readme),
             "modules": len(mods)}
@@ -170,6 +195,11 @@ def main(argv=None):
     print("entry point parameters (target <= 8):")
     for name, n in m["parameters"].items():
         print(f"  {name:28s} {n:3d}  {'ok' if n <= 8 else 'OVER'}")
+    over = m["public_over_8"]
+    print(f"public functions with more than 8 parameters: {len(over)} of "
+          f"{m['public_functions']}")
+    for name, n in sorted(over.items(), key=lambda x: -x[1]):
+        print(f"  {name:60s} {n:3d}")
     print(f"import cycles: {len(m['import_cycles'])}")
     for c in m["import_cycles"]:
         print("  " + " <-> ".join(c))
