@@ -627,6 +627,10 @@ def run_dataset(name, A, ks, args, key, bar) -> dict:
                     and not isinstance(op, FactoredOperator)):
                 first_check = (meth, method, k, key_used, sk, Qc, M, Qr)
             bar.update(1)
+        # each jitted (algorithm, k) program holds 400-600 memory maps on XLA:CPU (jaxlib
+        # 0.10.2); Linux's default vm.max_map_count (65530) would stop a sweep after ~120
+        # programs, and no program of this k is needed again
+        jax.clear_caches()
     check = None
     if first_check is not None:
         check = cross_check(op, first_check)
