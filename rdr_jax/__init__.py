@@ -48,23 +48,7 @@ from rdr_jax.id_cur.outofcore import DiskMatrix, streaming_cur
 from rdr_jax.randomized_svd import CholeskyQR2, Householder, cholesky_qr2
 from rdr_jax._src.jit import compilation_cache
 
-from rdr_jax._src import deprecation as _deprecation
-
-_deprecation.install()
-
-
-def __getattr__(name):          # 0.1 names, one release of deprecation
-    renamed = {"ErrorCertificate": "ErrorBound", "Certificate": "EtaBound",
-               "certificate": "eta_bound"}
-    if name in renamed:
-        _deprecation.warn(f"rdr_jax.{name}", f"rdr_jax.{renamed[name]}")
-        return globals()[renamed[name]]
-    if name == "error_certificate":     # warns when called
-        return certify.error_certificate
-    return _deprecation.moved_attribute(__name__, name)
-
-
-__version__ = "0.2.2"
+__version__ = "0.3.0"
 
 __all__ = [
     "angles", "certify", "diagnostics", "id_cur", "datasets", "matrices", "norms", "operators", "sketching",

@@ -21,7 +21,6 @@ import scipy.special
 import scipy.stats
 
 from rdr_jax._src import jit as _jit
-from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
 from rdr_jax.diagnostics import low_rank_factors
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
@@ -58,12 +57,6 @@ class ErrorBound(NamedTuple):
     spectral_estimate: jax.Array
     norm_estimate: jax.Array
     failure_prob: jax.Array
-
-    # 0.1 names
-    fro_bound = DEP.renamed_field("ErrorBound", "fro_bound", "fro")
-    spec_bound = DEP.renamed_field("ErrorBound", "spec_bound", "spectral")
-    spec_estimate = DEP.renamed_field("ErrorBound", "spec_estimate", "spectral_estimate")
-    delta = DEP.renamed_field("ErrorBound", "delta", "failure_prob")
 
 
 # --------------------------------------------------------------------------------------
@@ -293,10 +286,6 @@ def error_bound(key, A: Any, approx, *, failure_prob: float = 0.01,
     Returns:
       :class:`ErrorBound`, scalars in A's real dtype; jit (options static) and vmap-able.
     """
-    return _error_bound(key, A, approx, failure_prob, num_vectors, power_iters)
-
-
-def _error_bound(key, A, approx, failure_prob, num_vectors, power_iters):
     delta = check_failure_prob(failure_prob)
     key = V.check_key(key)
     op = as_operator(A)
@@ -308,20 +297,3 @@ def _error_bound(key, A, approx, failure_prob, num_vectors, power_iters):
     F, H = F.astype(dt), H.astype(dt)
     G = None if G is None else jnp.asarray(G).astype(dt)
     return _certificate_jit(key, op, F, G, H, _CertConfig(s, delta, p))
-
-
-def error_certificate(key, A: Any, approx, *, delta: float = 0.01,
-                      num_vectors: int = DEFAULT_NUM_VECTORS, power_iters: int = 0):
-    """Deprecated (0.2): :func:`error_bound` with ``failure_prob=delta``."""
-    DEP.warn("rdr_jax.error_certificate(delta=...)", "rdr_jax.error_bound(failure_prob=...)")
-    return _error_bound(key, A, approx, delta, num_vectors, power_iters)
-
-
-def __getattr__(name):
-    if name == "ErrorCertificate":
-        DEP.warn("rdr_jax.certify.ErrorCertificate", "rdr_jax.ErrorBound")
-        return ErrorBound
-    if name == "check_delta":
-        DEP.warn("rdr_jax.certify.check_delta", "rdr_jax.certify.check_failure_prob")
-        return check_failure_prob
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

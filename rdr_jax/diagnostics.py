@@ -23,7 +23,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import linalg as L
 from rdr_jax._src import validation as V
 from rdr_jax import norms
@@ -46,8 +45,6 @@ class LowRankError(NamedTuple):
     relative_fro: float
     exact: bool
 
-    spec = DEP.renamed_field("LowRankError", "spec", "spectral")     # 0.1 name
-
 
 class EtaBound(NamedTuple):
     """Thesis Theorem 2.1 for a column selection: ``||A - C C^+ A||_xi <= eta * residual_xi``
@@ -58,10 +55,6 @@ class EtaBound(NamedTuple):
     eta: float
     residual_fro: float
     residual_spectral: float
-
-    # 0.1 names (Certificate)
-    spec = DEP.renamed_field("Certificate", "spec", "spectral")
-    residual_spec = DEP.renamed_field("Certificate", "residual_spec", "residual_spectral")
 
 
 def _wide(dtype):
@@ -142,10 +135,6 @@ def _check_relative(err: LowRankError, what: str) -> LowRankError:
     return err
 
 
-def _num_matvecs_kwarg(args, kwargs, old):
-    return args, DEP.renamed_kwargs(kwargs | old, {"num_matvecs": "num_vectors"}, "lowrank_error")
-
-
 #: the exact spectral norm of a dense residual needs its float64 SVD, whose cost grows as
 #: ``m n min(m, n)``; by default (``spectral=None``) it is computed up to this much work: a
 #: 2000 x 1000 residual (0.6 s on one core of the project's CPU machine); 4000 x 2000 does 8x
@@ -170,7 +159,6 @@ def _relative(fro: float, a: float) -> float:
     return fro / a if a > 0 else (0.0 if fro == 0 else np.inf)
 
 
-@DEP.with_deprecated_kwargs(_num_matvecs_kwarg)
 def lowrank_error(A: Any, approx, *, key=None, spectral: Optional[bool] = None,
                   dense_limit: int = 1 << 26, num_vectors: int = 40) -> LowRankError:
     """``||A - A_hat||_F`` and ``||A - A_hat||_2`` for a low-rank ``A_hat = F G H^H``
@@ -399,11 +387,3 @@ def eta_bound(A: Any, selection, *, key=None) -> EtaBound:
                 f"certificate violated: ||A - C C^+ A||_F = {true.fro:.4g} > bound "
                 f"{cert.fro:.4g}; the selection was not computed for this A")
     return cert
-
-
-def __getattr__(name):          # 0.1 names, one release of deprecation
-    new = {"Certificate": EtaBound, "certificate": eta_bound}.get(name)
-    if new is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    DEP.warn(f"rdr_jax.diagnostics.{name}", f"rdr_jax.diagnostics.{new.__name__}")
-    return new

@@ -17,18 +17,9 @@ import numpy as np
 
 from rdr_jax._src import jit as _jit
 from rdr_jax._src import validation as V
-from rdr_jax._src.deprecation import renamed_kwargs
 from rdr_jax.operators import HIGHEST, as_operator
 
 __all__ = ["spectral_norm", "spectral_norm_upper", "frobenius_norm"]
-
-
-def _renamed(kwargs: dict, where: str) -> int:
-    """``num_vectors`` from the deprecated keywords; a TypeError for any other keyword."""
-    unknown = sorted(set(kwargs) - {"num_vectors"})
-    if unknown:
-        raise TypeError(f"{where}() got unexpected keyword arguments {unknown}")
-    return kwargs["num_vectors"]
 
 
 def _gauss(key, shape, dtype):
@@ -76,20 +67,17 @@ def _spectral_upper(key, op, num_vectors):
     return 10.0 * math.sqrt(2.0 / math.pi) * jnp.max(jnp.linalg.norm(op.matmat(W), axis=0))
 
 
-def spectral_norm_upper(key, A: Any, *, num_vectors: int = 10, **deprecated) -> jax.Array:
+def spectral_norm_upper(key, A: Any, *, num_vectors: int = 10) -> jax.Array:
     """Upper bound on ``||A||_2`` that holds with probability >= ``1 - 10^-num_vectors``.
 
     Args:
       key: ``jax.random.key``.
       A: matrix or operator.
-      num_vectors: number p of Gaussian test vectors (static; ``num_samples`` is deprecated).
+      num_vectors: number p of Gaussian test vectors (static).
 
     Returns:
       ``10 sqrt(2/pi) max_i ||A w_i||_2`` (Halko et al. 2011, Lemma 4.1); one product.
     """
-    if deprecated:
-        num_vectors = _renamed(renamed_kwargs(deprecated, {"num_samples": "num_vectors"}, "spectral_norm_upper"),
-                               "spectral_norm_upper")
     key = V.check_key(key)
     num_vectors = V.check_int("num_vectors", num_vectors, low=1)
     return _spectral_upper(key, as_operator(A), num_vectors)
@@ -115,24 +103,20 @@ def _frobenius(key, op, num_vectors, method):
     return jnp.sqrt(top + rest)
 
 
-def frobenius_norm(key, A: Any, *, num_vectors: int = 30, method: str = "hutch++",
-                   **deprecated) -> jax.Array:
+def frobenius_norm(key, A: Any, *, num_vectors: int = 30, method: str = "hutch++"
+                   ) -> jax.Array:
     """Randomized estimate of ``||A||_F`` from products with A only.
 
     Args:
       key: ``jax.random.key``.
       A: matrix or operator.
-      num_vectors: s, the number of random test vectors (static, >= 1; >= 3 for Hutch++;
-        ``num_matvecs`` is deprecated).
+      num_vectors: s, the number of random test vectors (static, >= 1; >= 3 for Hutch++).
       method: ``"hutch++"`` (Meyer et al. 2021: exact when ``rank(A) <= s/3``, relative
         error O(1/s)) or ``"hutchinson"`` (``||A G||_F^2 / s``, G Rademacher).
 
     Returns:
       The estimate, whose square is unbiased for ``||A||_F^2``.
     """
-    if deprecated:
-        num_vectors = _renamed(renamed_kwargs(deprecated, {"num_matvecs": "num_vectors"}, "frobenius_norm"),
-                               "frobenius_norm")
     key = V.check_key(key)
     if method not in ("hutch++", "hutchinson"):
         raise ValueError(f"method must be 'hutch++' or 'hutchinson'; got {method!r}")

@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from rdr_jax._src import jit as _jit
-from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
 from rdr_jax._src.tallqr import CholeskyQR2, Householder, as_orthonormalizer, cholesky_qr2
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
@@ -130,33 +129,11 @@ def _rsvd_jit(key, op, k, l, sketch, power_iters, stable, ortho=_HOUSEHOLDER):
     return RSVD(U[:, :k], s[:k], Vt[:k])
 
 
-def _rsvd_kwargs(args, kwargs, old):
-    """0.1 keywords of :func:`rsvd`: ``l`` becomes ``oversample = l - k``; ``confidence``
-    (which made the result a pair) raises, naming :func:`rdr_jax.error_bound`."""
-    if old.get("confidence") is not None:
-        raise TypeError("rsvd(confidence=...) was removed in rdr_jax 0.2 (it made the result a "
-                        "pair): bound the error with rdr_jax.error_bound(key2, A, result, "
-                        "failure_prob=1 - confidence)")
-    old.pop("confidence", None)
-    if old.get("l") is not None:
-        l = old.pop("l")
-        k = args[2] if len(args) > 2 else kwargs.get("k")
-        DEP.warn("rsvd(l=...)", "rsvd(oversample=l - k)", stacklevel=5)
-        kwargs["oversample"] = V.check_int("l", l, low=1) - int(k)
-        if kwargs["oversample"] < 0:
-            raise ValueError(f"k must be <= l; got k = {k} > l = {l}")
-    old.pop("l", None)
-    if old:
-        raise TypeError(f"rsvd() got unexpected keyword argument(s) {sorted(old)}")
-    return args, kwargs
-
-
 def auto_power_iters(k: int, shape) -> int:
     """scikit-learn's ``n_iter="auto"`` rule: 7 when ``k < 0.1 min(m, n)``, else 4."""
     return 7 if k < 0.1 * min(shape) else 4
 
 
-@DEP.with_deprecated_kwargs(_rsvd_kwargs)
 def rsvd(key, A: Any, k: int, *, oversample: int = 10, power_iters: int | str = 0,
          sketch: Any = "gaussian", stable: bool = True, orthonormalize: Any = "auto") -> RSVD:
     """Randomized truncated SVD (thesis Algorithm 4, Eq. (2.16)).

@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rdr_jax._src import deprecation
 from rdr_jax._src import jit as _jit
 from rdr_jax._src import validation as V
 from rdr_jax.operators import as_operator, pytree_dataclass
@@ -601,22 +600,3 @@ def make_sketch(key, sketch: Any, l: int, m: int, *, dtype=None, **options: Any)
     """The l x m sketch ``as_sketch(sketch, **options).draw(key, l, m, dtype=dtype)``, e.g.
     ``make_sketch(key, "sparse_sign", l, m, zeta=4)`` (key first, like ``jax.random``)."""
     return as_sketch(sketch, **options).draw(key, l, m, dtype=dtype)
-
-
-#: old names (0.1) -> (the new spelling, the object), each with a DeprecationWarning
-_DEPRECATED = {
-    "GaussianSketch": ("rdr_jax.sketching.Gaussian", Gaussian),
-    "SRTTSketch": ("rdr_jax.sketching.SRTT", SRTT),
-    "SparseSignSketch": ("rdr_jax.sketching.SparseSign", SparseSign),
-    "gaussian": ("Gaussian(generator).draw(key, l, m)", _gaussian),
-    "srtt": ("SRTT(transform, permute).draw(key, l, m)", _srtt),
-    "sparse_sign": ("SparseSign(zeta).draw(key, l, m)", _sparse_sign),
-}
-
-
-def __getattr__(name):
-    if name in _DEPRECATED:
-        new, obj = _DEPRECATED[name]
-        deprecation.warn(f"rdr_jax.sketching.{name}", new)
-        return obj
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

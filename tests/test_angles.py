@@ -1184,60 +1184,9 @@ def test_planner_compares_in_the_log_domain():
 
 
 # ======================================================================================
-# 0.2 vocabulary: subspace=, power_iters=, matvec_budget=; the old names warn
+# 0.2 vocabulary: subspace=, power_iters=, matvec_budget= (the 0.1 names are gone since 0.3:
+# tests/test_deprecations.py)
 # ======================================================================================
-def _deprecated_calls(s, key, A_small):
-    """(function name, old-keyword call, new-keyword call) for every renamed keyword."""
-    res = AN.posterior_residuals(A_small, R.rsvd(key, A_small, 8, oversample=0), 4)
-    Vr = np.eye(40, dtype=np.float32)
-    Om = np.asarray(AN.rsvd_omega(key, Vr, 8))
-    sA = np.ones(40)[::-1].cumsum()[::-1] / 40                       # 1, 39/40, ... positive
-    return [
-        ("space_agnostic_bound", "side", lambda: AN.space_agnostic_bound(s, 5, 10, 1, side="right"),
-         lambda: AN.space_agnostic_bound(s, 5, 10, 1, subspace="right")),
-        ("space_agnostic_bound", "q", lambda: AN.space_agnostic_bound(s, 5, 10, q=2),
-         lambda: AN.space_agnostic_bound(s, 5, 10, power_iters=2)),
-        ("space_agnostic_distortions", "side",
-         lambda: AN.space_agnostic_distortions(s, 5, 10, 1, side="right"),
-         lambda: AN.space_agnostic_distortions(s, 5, 10, 1, subspace="right")),
-        ("unbiased_estimate", "side",
-         lambda: AN.unbiased_estimate(key, s, 5, 10, 1, side="right").trials,
-         lambda: AN.unbiased_estimate(key, s, 5, 10, 1, subspace="right").trials),
-        ("unbiased_estimate", "power",
-         lambda: AN.unbiased_estimate(key, s, 5, 10, power=1).trials,
-         lambda: AN.unbiased_estimate(key, s, 5, 10, power_iters=1).trials),
-        ("residual_bound", "side", lambda: AN.residual_bound(res, s, side="right"),
-         lambda: AN.residual_bound(res, s, subspace="right")),
-        ("saibaba_bound", "side", lambda: AN.saibaba_bound(sA, 5, 0, Vr, Om, side="right"),
-         lambda: AN.saibaba_bound(sA, 5, 0, Vr, Om, subspace="right")),
-        ("phi_gamma", "num_matvecs", lambda: AN.phi_gamma(1, 10, num_matvecs=160, gap=1.5, r=330),
-         lambda: AN.phi_gamma(1, 10, matvec_budget=160, gap=1.5, r=330)),
-        ("phi_gamma", "side", lambda: AN.phi_gamma(1, 10, 160, gap=1.5, r=330, side="right"),
-         lambda: AN.phi_gamma(1, 10, 160, gap=1.5, r=330, subspace="right")),
-        ("plan_budget", "num_matvecs", lambda: AN.plan_budget(10, num_matvecs=160, gap=1.5, r=330),
-         lambda: AN.plan_budget(10, matvec_budget=160, gap=1.5, r=330)),
-    ]
-
-
-def test_old_keywords_warn_and_give_the_same_numbers():
-    s = M.polynomial_decay(50, r1=5)
-    key = jax.random.key(0)
-    A_small = np.asarray(M.with_spectrum(key, 30, 20, M.polynomial_decay(20)))
-    for name, old, call_old, call_new in _deprecated_calls(s, key, A_small):
-        new = {"side": "subspace", "q": "power_iters", "power": "power_iters",
-               "num_matvecs": "matvec_budget"}[old]
-        with pytest.warns(DeprecationWarning, match=rf"{name}\({old}=\.\.\.\) is deprecated.*"
-                                                    rf"use {name}\({new}=\.\.\.\)") as rec:
-            got = call_old()
-        assert rec[0].filename == __file__            # the warning points at the caller
-        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(call_new())):
-            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
-    with pytest.warns(DeprecationWarning, match="angles.SideBounds is deprecated.*SubspaceBounds"):
-        assert AN.SideBounds is AN.SubspaceBounds
-    with pytest.raises(AttributeError, match="no attribute 'NoSuch'"):
-        AN.NoSuch  # noqa: B018
-
-
 def test_new_keywords_raise_no_deprecation_warning():
     import warnings
     s = M.polynomial_decay(50, r1=5)
@@ -1264,25 +1213,17 @@ def test_negative_power_iters_names_the_argument_passed(name):
     f = _NEGATIVE_POWER_ITERS[name]
     with pytest.raises(ValueError, match=r"^power_iters must be >= 0; got -1$"):
         f(s, power_iters=-1)
-    for old in ("q", "power"):
-        with pytest.warns(DeprecationWarning, match=f"use {name}\\(power_iters=...\\)"):
-            with pytest.raises(ValueError, match=rf"^{old} must be >= 0; got -1$"):
-                f(s, **{old: -1})
-    with pytest.warns(DeprecationWarning):
-        with pytest.raises(TypeError, match=r"^q must be a Python int"):
-            f(s, q=1.5)
-    with pytest.raises(TypeError, match="got both 'q' \\(deprecated\\) and 'power_iters'"):
-        f(s, q=1, power_iters=1)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'iters'"):
-        f(s, iters=1)
+    with pytest.raises(TypeError, match=r"^power_iters must be a Python int"):
+        f(s, power_iters=1.5)
+    for old in ("q", "power", "iters"):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{old}'"):
+            f(s, **{old: 1})
 
 
 def test_angle_report_negative_power_iters():
     A = M.with_spectrum(jax.random.key(0), 40, 40, M.polynomial_decay(40))
     with pytest.raises(ValueError, match=r"^power_iters must be >= 0; got -1$"):
         AN.angle_report(jax.random.key(1), A, 5, 10, -1)
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=r"^q must be >= 0"):
-        AN.angle_report(jax.random.key(1), A, 5, 10, q=-1)
 
 
 def test_bad_subspace_and_budget_name_the_argument_passed():
@@ -1290,10 +1231,9 @@ def test_bad_subspace_and_budget_name_the_argument_passed():
     with pytest.raises(ValueError, match=r"^subspace must be 'left' \(U\) or 'right' \(V\); "
                                          r"got 'column'"):
         AN.space_agnostic_bound(s, 5, 10, 0, subspace="column")
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=r"^side must be"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'side'"):
         AN.unbiased_estimate(jax.random.key(0), s, 5, 10, 0, side="row")
     with pytest.raises(ValueError, match=r"^matvec_budget must be >= 1; got 0"):
         AN.plan_budget(10, 0, gap=1.5, r=100)
-    with pytest.warns(DeprecationWarning), \
-            pytest.raises(ValueError, match=r"^num_matvecs must be >= 1; got 0"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'num_matvecs'"):
         AN.plan_budget(10, num_matvecs=0, gap=1.5, r=100)

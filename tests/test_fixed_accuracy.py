@@ -435,13 +435,3 @@ def test_exact_prefix_sparse_dense_and_implicit_agree_in_float32():
         true = col_error(A, c._replace(W=pre.W, rank=pre.rank))
         assert abs(int(pre.rank) - int(dense.rank)) <= 1 and true <= 5e-3
         assert true / 2 <= float(pre.error) <= 2 * true
-
-
-def test_exact_prefix_old_spelling_warns_and_returns_a_triple():
-    A, _ = decaying(np.random.default_rng(15), M, N, 8.0, np.float32)
-    c = FA.adaptive_column_skeletons(jax.random.key(0), A, 1e-2, block_size=B)
-    C = A[:, np.asarray(c.cols)]
-    with pytest.warns(DeprecationWarning, match="exact_prefix"):
-        j, W, rel = FA.exact_prefix(A, c.cols, C, c.rank, 1e-2, estimate=c.error_estimate)
-    new = FA.exact_prefix(jax.random.key(0), A, c.cols, C, c.rank, 1e-2)
-    assert int(j) == int(new.rank) and float(rel) == float(new.error)

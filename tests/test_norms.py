@@ -66,14 +66,10 @@ def test_norms_on_sparse_and_factored_operators():
                                sp.linalg.norm(S), rtol=0.05)
 
 
-def test_old_keywords_warn_and_give_the_same_numbers():
+def test_unknown_keywords_are_type_errors():
     A = np.random.default_rng(2).standard_normal((20, 10)).astype(np.float32)
     key = jax.random.key(5)
-    with pytest.warns(DeprecationWarning, match=r"frobenius_norm\(num_vectors=...\)"):
-        old = R.frobenius_norm(key, A, num_matvecs=9)
-    assert old == R.frobenius_norm(key, A, num_vectors=9)
-    with pytest.warns(DeprecationWarning, match=r"spectral_norm_upper\(num_vectors=...\)"):
-        old = R.spectral_norm_upper(key, A, num_samples=4)
-    assert old == R.spectral_norm_upper(key, A, num_vectors=4)
-    with pytest.raises(TypeError, match="unexpected keyword arguments \\['iters'\\]"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'iters'"):
         R.frobenius_norm(key, A, iters=3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'num_samples'"):
+        R.spectral_norm_upper(key, A, num_samples=4)

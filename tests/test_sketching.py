@@ -432,9 +432,9 @@ def test_make_sketch_and_matmul_operator(rng):
     assert sk.shape == (4, MM) and "SparseSign" in repr(sk)
 
 
-def test_one_name_per_sketch_old_names_warn():
-    """``Gaussian``/``SRTT``/``SparseSign`` are both the choice and the drawn sketch; the 0.1
-    names (``GaussianSketch``, ``gaussian()``, ...) still work with a DeprecationWarning."""
+def test_one_name_per_sketch():
+    """``Gaussian``/``SRTT``/``SparseSign`` are both the choice and the drawn sketch (the 0.1
+    names ``GaussianSketch``, ``gaussian()``, ... are gone since 0.3: test_deprecations.py)."""
     key = jax.random.key(2)
     for cls, old_cls, old_fn, args in ((S.Gaussian, "GaussianSketch", "gaussian", ()),
                                        (S.SRTT, "SRTTSketch", "srtt", ()),
@@ -444,12 +444,10 @@ def test_one_name_per_sketch_old_names_warn():
         choice = S.as_sketch(drawn)          # a drawn sketch gives its configuration
         assert type(choice) is cls and choice.l is None and hash(choice) == hash(choice)
         assert S.as_sketch(cls.name) == cls()
-        with pytest.warns(DeprecationWarning, match=f"sketching.{old_cls} is deprecated.*"
-                                                    f"use rdr_jax.sketching.{cls.__name__}"):
-            assert getattr(S, old_cls) is cls
-        with pytest.warns(DeprecationWarning, match=f"sketching.{old_fn} is deprecated"):
-            old = getattr(S, old_fn)(key, 4, 12, *args)
-        np.testing.assert_array_equal(np.asarray(old.todense()), np.asarray(drawn.todense()))
+        np.testing.assert_array_equal(np.asarray(S.make_sketch(key, cls.name, 4, 12,
+                                                               **dict(zip(("zeta",), args)))
+                                                 .todense()), np.asarray(drawn.todense()))
+        assert not hasattr(S, old_cls) and not hasattr(S, old_fn)
     assert hash(S.Gaussian()) == hash(S.Gaussian()) and "GaussianSketch" not in S.__all__
     with pytest.raises(AttributeError):
         S.gaussian_sketch  # noqa: B018

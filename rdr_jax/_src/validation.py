@@ -110,7 +110,7 @@ _PACKAGE = __file__.rsplit("/_src/", 1)[0]
 def user_stacklevel() -> int:
     """``stacklevel`` for a ``warnings.warn`` issued by the calling function that points at
     the first frame outside rdr_jax (the user's line), however deep the call inside rdr_jax
-    (deprecation wrappers included)."""
+    (nested helpers included)."""
     import sys
     f, level = sys._getframe(1), 1
     while f is not None and f.f_code.co_filename.startswith(_PACKAGE):

@@ -19,7 +19,6 @@ Sines are ascending; results depend only on ratios of singular values (any scale
 or invalid bounds are NaN, never clamped. Derivations and measurements: ``docs/angles.md``.
 """
 
-from rdr_jax._src import deprecation as _deprecation
 from rdr_jax.angles.estimator import Estimate, padded_spectrum, unbiased_estimate
 from rdr_jax.angles.exact import TrueAngles, canonical_angles, exact_svd, true_angles
 from rdr_jax.angles.planner import BudgetPlan, phi_gamma, plan_budget
@@ -38,14 +37,3 @@ __all__ = [
     "TrueAngles", "Estimate", "Residuals", "ResidualBound", "GapBound", "SeparateGapBounds",
     "BudgetPlan", "Distortions", "SubspaceBounds", "SpectrumBounds", "AngleReport",
 ]
-
-#: old names kept for one release (0.2), with a DeprecationWarning
-_RENAMED = {"SideBounds": "SubspaceBounds"}
-
-
-def __getattr__(name):
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        _deprecation.warn(f"rdr_jax.angles.{name}", f"rdr_jax.angles.{new}")
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,10 +1,9 @@
 """Helpers shared by the :mod:`rdr_jax.angles` modules (private): argument checks, the sines
-of orthonormal bases, the log-domain core of Thm 3.1 and the deprecated keyword names.
+of orthonormal bases, the log-domain core of Thm 3.1.
 Derivations: ``docs/angles.md``."""
 
 from __future__ import annotations
 
-import inspect
 import math
 from typing import Any
 
@@ -12,14 +11,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rdr_jax._src import deprecation
 from rdr_jax._src import fp as _fp
 from rdr_jax._src import validation as V
 from rdr_jax._src.linalg import mm
 from rdr_jax.sketching import as_sketch
 
 __all__ = [
-    "SUBSPACES", "CONSTANTS", "TW1_Q99", "accepts_old_names", "check_constants",
+    "SUBSPACES", "CONSTANTS", "TW1_Q99", "check_constants",
     "check_matrix", "check_positive_float", "check_sketch", "check_spectrum", "check_subspace",
     "log_wishart_quantile", "mm", "run_after", "sines_orthonormal", "spectrum_values",
     "svd_parts", "thm31_bound", "thm31_factors", "thm31_log_bound", "to_float_array",
@@ -128,39 +126,6 @@ def check_constants(constants: Any) -> str:
                          f"eps2 = eps sqrt(l/(r - k))) or 'calibrated' (random-matrix "
                          f"quantiles, see space_agnostic_bound); got {constants!r}")
     return constants
-
-
-# ----------------------------------------------------------------- deprecated keywords
-#: old keyword -> new keyword (0.2); the old one warns for one release
-RENAMED = {"side": "subspace", "q": "power_iters", "power": "power_iters",
-           "num_matvecs": "matvec_budget"}
-
-_CHECK_NEW = {
-    "subspace": lambda name, v: check_subspace(v, name),
-    "power_iters": lambda name, v: V.check_int(name, v, low=0),
-    "matvec_budget": lambda name, v: V.check_int(name, v, low=1),
-}
-
-
-def accepts_old_names(f):
-    """Decorator: the keywords of :data:`RENAMED` whose new name ``f`` takes keep working
-    with a DeprecationWarning; their values are checked under the name the caller used."""
-    params = inspect.signature(f).parameters
-    renames = {old: new for old, new in RENAMED.items() if new in params}
-
-    def handler(args, kwargs, old):
-        for name, value in old.items():
-            if name not in renames:
-                raise TypeError(f"{f.__name__}() got an unexpected keyword argument {name!r}")
-            new = renames[name]
-            if new in kwargs:
-                raise TypeError(f"{f.__name__}() got both {name!r} (deprecated) and {new!r}")
-            deprecation.warn(f"{f.__name__}({name}=...)", f"{f.__name__}({new}=...)",
-                             stacklevel=4)
-            kwargs[new] = _CHECK_NEW[new](name, value)
-        return args, kwargs
-
-    return deprecation.with_deprecated_kwargs(handler)(f)
 
 
 # ---------------------------------------------------------------------- linear algebra

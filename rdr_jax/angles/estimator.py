@@ -17,7 +17,7 @@ from jaxtyping import Array, Bool, Float
 from rdr_jax._src import fp as _fp
 from rdr_jax._src import jit as _jit
 from rdr_jax._src import validation as V
-from rdr_jax.angles._common import (accepts_old_names, check_sketch, check_spectrum,
+from rdr_jax.angles._common import (check_sketch, check_spectrum,
                                     check_subspace, mm, run_after)
 from rdr_jax.sketching import make_sketch
 
@@ -153,7 +153,6 @@ def _trials_sharding(mesh: Any, num_trials: int):
     return NamedSharding(mesh, PartitionSpec(tuple(mesh.axis_names)))
 
 
-@accepts_old_names
 def unbiased_estimate(key: Any, s: Any, k: int, l: int, power_iters: int, *,
                       subspace: str = "left", num_trials: int = 3, sketch: Any = "gaussian",
                       method: str = "auto", mesh: Any = None) -> Estimate:

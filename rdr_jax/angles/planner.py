@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rdr_jax._src import validation as V
-from rdr_jax.angles._common import (accepts_old_names, check_constants, check_positive_float,
+from rdr_jax.angles._common import (check_constants, check_positive_float,
                                     check_subspace, spectrum_values, thm31_log_bound)
 
 __all__ = ["phi_gamma", "plan_budget", "BudgetPlan"]
@@ -95,7 +95,6 @@ def _check_planner_args(k, budget, gamma, subspace, reduce, constants):
     return k, budget, gamma
 
 
-@accepts_old_names
 def phi_gamma(power_iters: int, k: int, matvec_budget: int, *, spectrum: Any = None,
               gap: Any = None, r: int | None = None, gamma: float = 1.0,
               subspace: str = "left", reduce: str = "mean", constants: str = "thesis") -> float:
@@ -120,7 +119,6 @@ def phi_gamma(power_iters: int, k: int, matvec_budget: int, *, spectrum: Any = N
     return float(phis[hit[0]]) if hit.size else float("nan")
 
 
-@accepts_old_names
 def plan_budget(k: int, matvec_budget: int, *, spectrum: Any = None, gap: Any = None,
                 r: int | None = None, gamma: float = 1.0, subspace: str = "left",
                 reduce: str = "mean", constants: str = "thesis") -> BudgetPlan:

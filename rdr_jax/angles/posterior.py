@@ -12,7 +12,7 @@ from jaxtyping import Array, Bool, Float
 
 from rdr_jax._src import jit as _jit
 from rdr_jax._src import validation as V
-from rdr_jax.angles._common import (accepts_old_names, check_spectrum, check_subspace, mm,
+from rdr_jax.angles._common import (check_spectrum, check_subspace, mm,
                                     run_after, svd_parts)
 from rdr_jax.norms import spectral_norm
 from rdr_jax.operators import LinearOperator, as_operator, pytree_dataclass
@@ -220,7 +220,6 @@ def _residual_bound_jit(res, s, subspace):
     return ResidualBound(jnp.fmin(term1, term2), term1, term2)
 
 
-@accepts_old_names
 def residual_bound(res: Residuals, s: Any, *, subspace: str = "left") -> ResidualBound:
     """Posterior residual-based bound, deterministic:
     ``sin angle_i <= min(sigma_{k-i+1}(E) / sigma_k, ||E||_2 / sigma_i)`` with

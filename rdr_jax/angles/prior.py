@@ -15,7 +15,7 @@ from jaxtyping import Array, Float
 from rdr_jax._src import fp as _fp
 from rdr_jax._src import jit as _jit
 from rdr_jax._src import validation as V
-from rdr_jax.angles._common import (accepts_old_names, check_constants, check_matrix,
+from rdr_jax.angles._common import (check_constants, check_matrix,
                                     check_positive_float, check_sketch, check_spectrum,
                                     check_subspace, mm, thm31_bound, thm31_factors)
 from rdr_jax.operators import as_operator
@@ -62,7 +62,6 @@ def _check_sa_args(s, k, l, power_iters, subspace, eps, constants):
     return s, k, l, q, subspace, eps, constants
 
 
-@accepts_old_names
 def space_agnostic_bound(s: Any, k: int, l: int, power_iters: int, *, subspace: str = "left",
                          eps: float = 1.0, lower: bool = False,
                          constants: str = "thesis") -> Float[Array, " k"]:
@@ -95,7 +94,6 @@ def space_agnostic_bound(s: Any, k: int, l: int, power_iters: int, *, subspace: 
                          bool(lower), constants)
 
 
-@accepts_old_names
 def space_agnostic_distortions(s: Any, k: int, l: int, power_iters: int, *,
                                subspace: str = "left", eps: float = 1.0, lower: bool = False,
                                constants: str = "thesis") -> Distortions:
@@ -153,7 +151,6 @@ def _saibaba_jit(s, Vr, Omega, exponent, k):
     return jnp.exp(-0.5 * jnp.logaddexp(jnp.zeros((), s.dtype), x))
 
 
-@accepts_old_names
 def saibaba_bound(s: Any, k: int, power_iters: int, V_: Any, Omega: Any, *,
                   subspace: str = "left") -> Float[Array, " k"]:
     """Saibaba (2018) Thm 1 with the oracle right singular vectors, the prior bound the

@@ -9,7 +9,7 @@ import jax
 from jaxtyping import Array, Float
 
 from rdr_jax._src import validation as V
-from rdr_jax.angles._common import (SUBSPACES, accepts_old_names, check_constants, check_sketch,
+from rdr_jax.angles._common import (SUBSPACES, check_constants, check_sketch,
                                     check_spectrum, svd_parts)
 from rdr_jax.angles.estimator import Estimate, padded_spectrum, unbiased_estimate
 from rdr_jax.angles.exact import TrueAngles, exact_svd, true_angles
@@ -57,7 +57,6 @@ class AngleReport(NamedTuple):
     sigma_hat: SpectrumBounds
 
 
-@accepts_old_names
 def angle_report(key: Any, A: Any, k: int, l: int, power_iters: int, *,
                  true_svd: Any = None, num_trials: int = 3, eps: float = 1.0,
                  lower_eps: float = 2.0, sketch: Any = "gaussian", stable: bool = True,

@@ -20,7 +20,6 @@ import numpy as np
 
 from rdr_jax._src import jit as _jit
 from rdr_jax._src import linalg as L
-from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
 from rdr_jax import distributed
 from rdr_jax import certify as CE
@@ -595,51 +594,6 @@ def _check_side(side):
         raise ValueError(f"side must be 'column', 'row' or 'two_sided'; got {side!r}")
 
 
-_REMOVED = ("certify", "confidence")
-
-
-def _deprecated_id_kwargs(where: str):
-    """0.1 keywords of :func:`interpolative` / :func:`cur`: Method fields move onto the
-    Method; a float ``k`` (fixed accuracy) goes to :func:`interpolative_to_tolerance`;
-    ``certify``/``confidence`` (which added fields to the result) raise, naming
-    :func:`rdr_jax.error_bound`."""
-    def handler(args, kwargs, old):
-        for name in _REMOVED:
-            if name in old and old[name] not in (None, False):
-                raise TypeError(
-                    f"{where}({name}=...) was removed in rdr_jax 0.2 (it changed the result's "
-                    "shape): bound the error of the result with rdr_jax.error_bound(key2, A, "
-                    "result, failure_prob=...) (Frobenius and spectral), or use "
-                    "interpolative_to_tolerance(..., failure_prob=...) for certified stopping")
-            old.pop(name, None)
-        k = args[2] if len(args) > 2 else kwargs.get("k")
-        kwargs["method"] = SL.method_from_call(kwargs.get("method", "lupp"), old, where, k)
-        if old:
-            raise TypeError(f"{where}() got unexpected keyword argument(s) {sorted(old)}")
-        return args, kwargs
-    return handler
-
-
-def _is_tol(k) -> bool:
-    return isinstance(k, (float, np.floating)) and not isinstance(k, bool)
-
-
-def _interpolative_dispatch(args, kwargs, old):
-    """0.1 spellings of :func:`interpolative`; a float k (fixed accuracy) with its options
-    goes to :func:`interpolative_to_tolerance`."""
-    k = args[2] if len(args) > 2 else kwargs.get("k")
-    if _is_tol(k):
-        DEP.warn("interpolative(key, A, tol)", "interpolative_to_tolerance(key, A, tol)",
-                 stacklevel=4)
-        kwargs.pop("on_rank_deficient", None)
-        if old.pop("certify", False):
-            raise TypeError("interpolative(certify=True) was removed in rdr_jax 0.2: use "
-                            "interpolative_to_tolerance(..., failure_prob=...) for a certified "
-                            "tolerance, or rdr_jax.error_bound(key2, A, result)")
-        return (interpolative_to_tolerance,) + _tolerance_kwargs(args, kwargs, old)
-    return _deprecated_id_kwargs("interpolative")(args, kwargs, old)
-
-
 def interpolative(key, A: Any, k: int, *, side: str = "column", method: Any = "lupp",
                   on_rank_deficient: str = "warn"):
     """Randomized interpolative decomposition of rank k (thesis Section 2.2.2, Algorithm 1).
@@ -667,9 +621,6 @@ def interpolative(key, A: Any, k: int, *, side: str = "column", method: Any = "l
       the certificate ``eta``. Bound its error with :func:`rdr_jax.error_bound`, or ask
       :func:`interpolative_with_bound` for both in one program.
     """
-    if _is_tol(k):
-        DEP.warn("interpolative(key, A, tol)", "interpolative_to_tolerance(key, A, tol)")
-        return interpolative_to_tolerance(key, A, k, side=side, method=method)
     return _run_interpolative(key, A, k, side, method, on_rank_deficient, None)
 
 
@@ -691,9 +642,6 @@ def interpolative_with_bound(key, A: Any, k: int, *, side: str = "column",
       ``(result, ErrorBound)``: the result of :func:`interpolative` (the same skeletons; the
       factors equal to rounding) and :class:`~rdr_jax.ErrorBound`.
     """
-    if _is_tol(k):
-        raise TypeError("interpolative_with_bound() takes an integer rank k; for a tolerance "
-                        "use interpolative_to_tolerance(key, A, tol, failure_prob=...)")
     return _run_interpolative(key, A, k, side, method, on_rank_deficient, failure_prob)
 
 
@@ -731,25 +679,6 @@ def _finish(out, bounded: bool, k, fields, policy):
     return (res, out[1]) if bounded else res
 
 
-def _tolerance_kwargs(args, kwargs, old):
-    if "confidence" in old:
-        c = old.pop("confidence")
-        DEP.warn("interpolative_to_tolerance(confidence=c)",
-                 "interpolative_to_tolerance(failure_prob=1 - c)", stacklevel=5)
-        if c is not None:
-            kwargs["failure_prob"] = 1.0 - CE.check_failure_prob(c, "confidence")
-    for name in ("max_rank", "block_size"):
-        if name in old:
-            kwargs[name] = old.pop(name)
-    kwargs["method"] = SL.method_from_call(kwargs.get("method", "lupp"), old,
-                                           "interpolative_to_tolerance")
-    if old:
-        raise TypeError(f"interpolative_to_tolerance() got unexpected keyword argument(s) "
-                        f"{sorted(old)}")
-    return args, kwargs
-
-
-@DEP.with_deprecated_kwargs(_tolerance_kwargs)
 def interpolative_to_tolerance(key, A: Any, tol: float, *, side: str = "column",
                                method: Any = "lupp", max_rank: int | None = None,
                                block_size: int = 16, failure_prob: float | None = None):
@@ -848,9 +777,6 @@ def cur_with_bound(key, A: Any, k: int, *, method: Any = "lupp", failure_prob: f
 def _run_cur(key, A, k, method, on_rank_deficient, failure_prob):
     """The body of :func:`cur` (``failure_prob`` None) and of :func:`cur_with_bound`."""
     _check_policy(on_rank_deficient)
-    if _is_tol(k):
-        raise TypeError("cur() takes an integer rank k; for a tolerance use "
-                        "interpolative_to_tolerance(key, A, tol, side='two_sided')")
     key = V.check_key(key)
     op = as_operator(A)
     k = check_rank(k, op.shape)
@@ -859,10 +785,6 @@ def _run_cur(key, A, k, method, on_rank_deficient, failure_prob):
     sz = SL.plan(m, k, sketch_size(m, k, op.shape), op.shape, key)
     out = _cur(key, op, *sz, _Options(m, "cur", _sharded(op), _bound_options(failure_prob, op)))
     return _finish(out, failure_prob is not None, k, _TRIM["cur"], on_rank_deficient)
-
-
-interpolative = DEP.with_deprecated_kwargs(_interpolative_dispatch)(interpolative)
-cur = DEP.with_deprecated_kwargs(_deprecated_id_kwargs("cur"))(cur)
 
 
 def id_to_svd(decomp) -> RSVD:

@@ -25,7 +25,6 @@ from rdr_jax._src import dense
 from rdr_jax._src import jit as _jit
 from rdr_jax._src import fp as _fp
 from rdr_jax import certify as CE
-from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
 
@@ -412,18 +411,6 @@ def check_failure_prob(failure_prob) -> Optional[float]:
     return CE.check_failure_prob(failure_prob)
 
 
-def _confidence_kwarg(where):
-    def handler(args, kwargs, old):
-        if set(old) != {"confidence"}:
-            raise TypeError(f"{where}() got unexpected keyword argument(s) {sorted(old)}")
-        DEP.warn(f"{where}(confidence=c)", f"{where}(failure_prob=1 - c)", stacklevel=5)
-        c = old["confidence"]
-        kwargs["failure_prob"] = None if c is None else 1.0 - CE.check_failure_prob(
-            c, "confidence")
-        return args, kwargs
-    return handler
-
-
 def _prepare(key, A, tol, block_size, oversample, max_rank, failure_prob, *, adjoint: bool):
     key = V.check_key(key)
     op = as_operator(A)
@@ -443,7 +430,6 @@ def _prepare(key, A, tol, block_size, oversample, max_rank, failure_prob, *, adj
                                  delta=check_failure_prob(failure_prob))
 
 
-@DEP.with_deprecated_kwargs(_confidence_kwarg("adaptive_row_skeletons"))
 def adaptive_row_skeletons(key, A: Any, tol, *, block_size: int = 16, oversample: int = 8,
                            max_rank: int | None = None,
                            failure_prob: float | None = None) -> AdaptiveRows:
@@ -496,7 +482,6 @@ def adaptive_row_skeletons(key, A: Any, tol, *, block_size: int = 16, oversample
     return _adaptive_rows(key, op, tol, cfg)
 
 
-@DEP.with_deprecated_kwargs(_confidence_kwarg("adaptive_column_skeletons"))
 def adaptive_column_skeletons(key, A: Any, tol, *, block_size: int = 16, oversample: int = 8,
                               max_rank: int | None = None,
                               failure_prob: float | None = None) -> AdaptiveColumns:
@@ -644,11 +629,6 @@ def _prefix_impl(key, op, cols, C, rank, tol, delta, with_factor=False):
     return (res, Rc) if with_factor else res
 
 
-def _is_key(x) -> bool:
-    return isinstance(x, jax.Array) and (jnp.issubdtype(x.dtype, jax.dtypes.prng_key) or (
-        x.dtype == jnp.uint32 and x.shape == (2,)))
-
-
 def column_skeletons_core(key, op, tol, *, block_size: int, max_rank: int,
                           delta: Optional[float], margin: float = 1.0) -> AdaptiveColumns:
     """:func:`adaptive_column_skeletons` without the boundary checks, for a caller's traced
@@ -671,8 +651,8 @@ def _exact_prefix_jit(key, op, cols, C, rank, tol, delta):
     return _prefix_impl(key, op, cols, C, rank, tol, delta)
 
 
-def exact_prefix(key, op: Any, cols=None, C=None, rank=None, tol=None, *,
-                 failure_prob: float | None = None, **old) -> Prefix:
+def exact_prefix(key, op: Any, cols, C, rank, tol, *,
+                 failure_prob: float | None = None) -> Prefix:
     """Shortest prefix of a column skeleton whose least-squares column ID meets ``tol``, and
     the error of the factors it returns (jittable).
 
@@ -697,19 +677,6 @@ def exact_prefix(key, op: Any, cols=None, C=None, rank=None, tol=None, *,
     Returns:
       :class:`Prefix` ``(rank, W, error, bound, met)``; ``A ~ C[:, :rank] @ W[:rank]``.
     """
-    if not _is_key(key):                # 0.2.0: exact_prefix(op, cols, C, rank, tol, ...)
-        DEP.warn("exact_prefix(op, cols, C, rank, tol) -> (j, W, rel)",
-                 "exact_prefix(key, op, cols, C, rank, tol) -> Prefix (non-dense operators "
-                 "are truncated too, from fresh vectors of key)")
-        old.pop("estimate", None)
-        old.pop("return_factor", None)
-        if old:
-            raise TypeError(f"exact_prefix() got unexpected keyword argument(s) {sorted(old)}")
-        res = exact_prefix(jax.random.key(0), key, op, cols, C, rank,    # shifted by one
-                           failure_prob=failure_prob)
-        return res.rank, res.W, res.error
-    if old:
-        raise TypeError(f"exact_prefix() got unexpected keyword argument(s) {sorted(old)}")
     key = V.check_key(key)
     op = as_operator(op)
     C = jnp.asarray(C)

@@ -12,10 +12,8 @@ from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
-from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
 from rdr_jax._src.optional import progress_bar, require
-from rdr_jax.id_cur import selection as SL
 from rdr_jax.id_cur import streaming as ST
 from rdr_jax.id_cur.decompositions import CUR
 
@@ -435,7 +433,6 @@ def _check_size(path: Path, offset: int, shape, dtype) -> None:
 
 
 # ---------------------------------------------------------------------- the two passes
-@DEP.with_deprecated_kwargs(SL.deprecated_method_kwargs("streaming_cur"))
 def streaming_cur(key, A: DiskMatrix, k: int, *, method: Any = "lupp", axis: int = 0,
                   progress: bool = True) -> CUR:
     """Streaming CUR of a matrix on disk in two passes

@@ -21,7 +21,6 @@ import numpy as np
 from rdr_jax._src import jit as _jit
 from rdr_jax._src import dense
 from rdr_jax._src import linalg as L
-from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
 from rdr_jax.id_cur import pivoting as P
 from rdr_jax._src.tallqr import as_orthonormalizer
@@ -278,39 +277,6 @@ def resolve_method(method: Any = "lupp", **overrides) -> Method:
     return base.replace(**overrides)
 
 
-#: keyword arguments of 0.1 that moved onto :class:`Method` (one release of deprecation)
-METHOD_FIELDS = ("sketch", "power_iters", "stable", "oversample", "interp", "orthonormalize")
-
-
-def method_from_call(method: Any, old: dict, where: str, k: Any = None) -> Method:
-    """The :class:`Method` of a call that used 0.1 keywords (``sketch=``, ``power_iters=``,
-    ``l=``, ...): each moves onto the Method with a DeprecationWarning (``l`` becomes
-    ``oversample = l - k``); ``old`` keeps what is not a Method field."""
-    fields = {f: old.pop(f) for f in METHOD_FIELDS if f in old}
-    for f in fields:
-        DEP.warn(f"{where}({f}=...)", f"{where}(method=Method(..., {f}=...))", stacklevel=5)
-    if old.get("l") is not None:
-        l = old.pop("l")
-        DEP.warn(f"{where}(l=...)", f"{where}(method=Method(..., oversample=l - k))",
-                 stacklevel=5)
-        if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
-            fields["oversample"] = V.check_int("l", l, low=int(k)) - int(k)
-    old.pop("l", None)
-    return resolve_method(method, **fields)
-
-
-def deprecated_method_kwargs(where: str, k_pos: int = 2):
-    """Handler for :func:`rdr_jax._src.deprecation.with_deprecated_kwargs`: the 0.1 keywords
-    of an entry point whose rank is its ``k_pos``-th argument move onto its Method."""
-    def handler(args, kwargs, old):
-        k = args[k_pos] if len(args) > k_pos else kwargs.get("k")
-        kwargs["method"] = method_from_call(kwargs.get("method", "lupp"), old, where, k)
-        if old:
-            raise TypeError(f"{where}() got unexpected keyword argument(s) {sorted(old)}")
-        return args, kwargs
-    return handler
-
-
 def sketch_size(method: Method, k: int, shape: tuple[int, int], l: int | None = None) -> int:
     """``l = min(k + oversample, m, n)``, or the explicit ``l`` checked against
     ``k <= l <= min(m, n)``."""
@@ -326,6 +292,9 @@ def sketch_size(method: Method, k: int, shape: tuple[int, int], l: int | None = 
 def check_rank(k: Any, shape: tuple[int, int]) -> int:
     """Validate an integer rank ``1 <= k <= min(m, n)``."""
     m, n = shape
+    if isinstance(k, (float, np.floating)):
+        raise TypeError(f"k must be an int rank; got the float {k!r} (a relative tolerance is "
+                        "interpolative_to_tolerance(key, A, tol))")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise TypeError(f"k must be a Python int rank; got {type(k).__name__} {k!r}")
     return V.check_int("k", k, low=1, high=min(m, n),
@@ -713,7 +682,6 @@ def _cut_eager(x, k: int, axis: int):
 # --------------------------------------------------------------------------------------
 # public entry points
 # --------------------------------------------------------------------------------------
-@DEP.with_deprecated_kwargs(deprecated_method_kwargs("select_columns"))
 def select_columns(key, A: Any, k: int, *, method: Any = "lupp") -> ColumnSelection:
     """Column skeletons by randomized pivoting (thesis Algorithm 1, Lines 1-3).
 
@@ -738,14 +706,12 @@ def select_columns(key, A: Any, k: int, *, method: Any = "lupp") -> ColumnSelect
     return res
 
 
-@DEP.with_deprecated_kwargs(deprecated_method_kwargs("select_rows"))
 def select_rows(key, A: Any, k: int, *, method: Any = "lupp") -> RowSelection:
     """Row skeletons: :func:`select_columns` on ``A^H``; ``W`` is m x k, ``A ~ W A(rows, :)``."""
     sel = select_columns(key, as_operator(A).H, k, method=method)
     return RowSelection(sel.cols, sel.W.conj().T, sel.eta)
 
 
-@DEP.with_deprecated_kwargs(deprecated_method_kwargs("select_skeletons"))
 def select_skeletons(key, A: Any, k: int, *, method: Any = "lupp") -> Skeletons:
     """Column and row skeletons (thesis Algorithm 1, all four lines).
 

@@ -14,7 +14,6 @@ import numpy as np
 import scipy.sparse as sp
 
 from rdr_jax._src import jit as _jit
-from rdr_jax._src import deprecation as DEP
 from rdr_jax._src import validation as V
 from rdr_jax.id_cur import pivoting as P
 from rdr_jax.id_cur import selection as SL
@@ -169,7 +168,6 @@ def streaming_method(method: Any, k: int, shape) -> tuple:
     return m.pivot, SL.sketch_size(m, k, shape), m.sketch
 
 
-@DEP.with_deprecated_kwargs(SL.deprecated_method_kwargs("streaming_skeletons", 3))
 def streaming_skeletons(key, blocks: Iterable[Any], shape: tuple[int, int], k: int, *,
                         method: Any = "lupp", axis: int = 0, dtype=None) -> StreamingSkeletons:
     """Streaming LUPP/CPQR skeleton selection in one pass (thesis Algorithm 3).
