@@ -1,13 +1,18 @@
-"""Shared helpers for the experiment scripts: environment record, host thread limits,
-load average, integer-list arguments, NaN-aware ROC AUC, the Monte-Carlo trials mesh."""
+"""Shared helpers for the experiment scripts: the command line (:func:`parser`), environment
+record, host thread limits, load average, integer-list arguments, NaN-aware ROC AUC, the
+Monte-Carlo trials mesh. jax is imported where it is used, so that a script that starts its
+jax children itself (bench_all, bench_threads, multihost_check, ...) can parse its command
+line without importing jax."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import platform
+from pathlib import Path
+from typing import Any, Mapping, Optional
 
-import jax
 import numpy as np
 
 
@@ -26,6 +31,61 @@ def floats(s: str) -> list[float]:
     return [float(x) for x in s.split(",") if x.strip()]
 
 
+#: ``--host-threads`` of the timing scripts
+THREADS_HELP = ("threads for OpenBLAS/OpenMP/numba (default 1: robust timings on a shared "
+                "machine; 0 = library defaults)")
+#: ``--out`` of most scripts
+OUT_HELP = "output folder"
+_NO = object()   # a common flag the script does not have
+
+
+def parser(doc: str, *, quick: Any = _NO, data_dir: Any = _NO, host_threads: Any = _NO,
+           seed: Any = _NO, dtype: Any = _NO, out: Any = _NO,
+           helps: Optional[Mapping[str, str]] = None) -> argparse.ArgumentParser:
+    """The scripts' argument parser: the description is the first paragraph of ``doc`` (the
+    script's docstring, shown as written), with the flags the experiments share already added;
+    the script adds its own after them.
+
+    Each keyword adds its flag (left out: the script has no such flag). ``quick``: the
+    ``--quick`` switch (``store_true``), its value the help text (``True``: none);
+    ``data_dir``: ``--data-dir`` (its value the default, normally None); ``host_threads``:
+    ``--host-threads N`` (int; its value the default: 0 leaves the thread pools alone, 1 is
+    robust for timings); ``seed``: ``--seed`` (int default); ``dtype``: ``--dtype`` as
+    ``(default, choices)``; ``out``: ``--out`` (its value the default; a :class:`~pathlib.Path`
+    default makes the flag's type ``Path``). ``helps`` maps a flag's keyword to its help text
+    (:data:`THREADS_HELP`, :data:`OUT_HELP`, or the script's own).
+
+    Example:
+        >>> p = parser("A demo.", quick="small sizes", seed=0, out="results/demo")
+        >>> a = p.parse_args(["--quick"])
+        >>> (a.quick, a.seed, a.out)
+        (True, 0, 'results/demo')
+    """
+    helps = dict(helps or {})
+    unknown = set(helps) - {"quick", "data_dir", "host_threads", "seed", "dtype", "out"}
+    if unknown:
+        raise ValueError(f"helps: unknown flag(s) {sorted(unknown)}")
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    if quick is not _NO:
+        p.add_argument("--quick", action="store_true",
+                       help=quick if isinstance(quick, str) else helps.get("quick"))
+    if data_dir is not _NO:
+        p.add_argument("--data-dir", default=data_dir, help=helps.get("data_dir"))
+    if host_threads is not _NO:
+        p.add_argument("--host-threads", type=int, default=host_threads,
+                       help=helps.get("host_threads"))
+    if seed is not _NO:
+        p.add_argument("--seed", type=int, default=seed, help=helps.get("seed"))
+    if dtype is not _NO:
+        default, choices = dtype
+        p.add_argument("--dtype", default=default, choices=choices, help=helps.get("dtype"))
+    if out is not _NO:
+        p.add_argument("--out", default=out, help=helps.get("out"),
+                       **({"type": Path} if isinstance(out, Path) else {}))
+    return p
+
+
 def trials_mesh(devices: int, trials: int, what: str = "--num-trials"):
     """A 1-D mesh ``("trials",)`` over the first ``devices`` devices to split Monte-Carlo
     trials over (None for ``devices == 1``). Raises ValueError (with the fix) when fewer
@@ -35,6 +95,7 @@ def trials_mesh(devices: int, trials: int, what: str = "--num-trials"):
         raise ValueError(f"--devices must be >= 1; got {devices}")
     if devices == 1:
         return None
+    import jax
     have = jax.device_count()
     if devices > have:
         hint = (f"; on CPU run with XLA_FLAGS=--xla_force_host_platform_device_count={devices}"
@@ -48,6 +109,7 @@ def trials_mesh(devices: int, trials: int, what: str = "--num-trials"):
 
 
 def env_info() -> dict:
+    import jax
     try:
         affinity = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover
@@ -104,6 +166,7 @@ def run_main(parse_args, run, argv=None, *, x64=False):
     alone) and a float32 script stays in native float32 on GPU/TPU even in a process that
     turned float64 on.
     """
+    import jax
     args = parse_args(argv)
     flag = bool(x64(args) if callable(x64) else x64)
     with jax.enable_x64(flag), host_threads(args.host_threads):

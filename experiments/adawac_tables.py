@@ -127,7 +127,6 @@ float32: network training; nothing here needs float64.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import csv
 import json
@@ -143,7 +142,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import data_desc, env_info, host_threads, ints
+from _common import data_desc, env_info, host_threads, ints, parser
 from train_adawac import load_data
 
 from rdr_jax.adawac import configs as adawac_configs
@@ -283,12 +282,13 @@ NOISE_FLOOR_POINTS = 2.0
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, quick="CI size: phantoms + tiny CNN (30 epochs); only claim directions",
+               data_dir=None, host_threads=0, out=None,
+               helps={"data_dir": "dataset folder (with --table all: the folder holding "
+                                  "Synapse/, ACDC/)",
+                      "out": "output folder (default experiments/results/adawac_tables/<table>)"})
     p.add_argument("--table", required=True,
                    help=f"one of {', '.join(TABLES)}, or all")
-    p.add_argument("--quick", action="store_true",
-                   help="CI size: phantoms + tiny CNN (30 epochs); only claim directions")
     p.add_argument("--seeds", type=ints, default=None,
                    help="training seeds, e.g. 0,1,2 (default: the thesis' count; 0 if --quick)")
     p.add_argument("--steps", type=int, default=None,
@@ -303,12 +303,7 @@ def parse_args(argv=None):
     p.add_argument("--lambdas", default=None,
                    help="--data mni152: the sweep's lambda grid, e.g. 0.1,0.5,2 (default "
                         "0.1,0.5,2; quick 0.5,2)")
-    p.add_argument("--data-dir", default=None,
-                   help="dataset folder (with --table all: the folder holding Synapse/, ACDC/)")
     p.add_argument("--data-seed", type=int, default=0, help="phantom data seed")
-    p.add_argument("--out", default=None,
-                   help="output folder (default experiments/results/adawac_tables/<table>)")
-    p.add_argument("--host-threads", type=int, default=0)
     return p.parse_args(argv)
 
 

@@ -49,7 +49,6 @@ float32: times float32 training steps.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import csv
 import json
@@ -66,7 +65,7 @@ import optax
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import env_info, host_threads, loadavg  # noqa: E402
+from _common import env_info, host_threads, loadavg, parser  # noqa: E402
 
 from rdr_jax.adawac import configs as adawac_configs  # noqa: E402
 from rdr_jax.adawac.data import has_foreground  # noqa: E402
@@ -95,8 +94,12 @@ FULL = {"steps": 4, "rounds": 25, "warmup": 3, "beta_calls": 200}
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__,
+               quick="batch 4 at 32 x 32, 2 rounds of 3 steps (tiny net unless --model; "
+                     "tens of seconds, mostly compilation)",
+               host_threads=0, seed=0, out=str(DEFAULT_OUT),
+               helps={"host_threads": "limit BLAS/OpenMP host thread pools (0: leave them alone)",
+                      "seed": "model and data seed"})
     p.add_argument("--model", default=None, choices=MODELS,
                    help="network (default tiny); unet/transunet use the .small CPU variants")
     p.add_argument("--batch", type=int, default=None,
@@ -116,13 +119,6 @@ def parse_args(argv=None):
     p.add_argument("--eta", type=float, default=None,
                    help="beta step size (default: the config's; tiny 8, unet 8, transunet 2)")
     p.add_argument("--lam", type=float, default=None, help="consistency scale (default 2)")
-    p.add_argument("--seed", type=int, default=0, help="model and data seed")
-    p.add_argument("--quick", action="store_true",
-                   help="batch 4 at 32 x 32, 2 rounds of 3 steps (tiny net unless --model; "
-                        "tens of seconds, mostly compilation)")
-    p.add_argument("--host-threads", type=int, default=0,
-                   help="limit BLAS/OpenMP host thread pools (0: leave them alone)")
-    p.add_argument("--out", default=str(DEFAULT_OUT))
     args = p.parse_args(argv)
 
     base = QUICK if args.quick else FULL

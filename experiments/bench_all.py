@@ -32,7 +32,6 @@ that needs the GPU too.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import json
@@ -45,6 +44,8 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from _common import parser
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "experiments" / "results" / "bench_all"
@@ -605,16 +606,14 @@ def write_outputs(summary: Mapping, out: Path) -> tuple[Path, Path]:
 
 def parse_args(argv=None):
     """The command line (see the module docstring)."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, out=DEFAULT_OUT,
+               helps={"out": "output folder (default experiments/results/bench_all)"})
     p.add_argument("--device", choices=DEVICES, required=True,
                    help="the backend to measure; must be jax.default_backend()")
     p.add_argument("--budget-s", type=float, default=480.0,
                    help="wall-clock budget of the whole command in seconds (default 480)")
     p.add_argument("--only", default=None,
                    help=f"comma-separated subset of: {', '.join(BY_NAME)}")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                   help="output folder (default experiments/results/bench_all)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan (commands and timeouts) and exit; no device probe")
     return p.parse_args(argv)

@@ -42,7 +42,6 @@ float64: needed because it times the thesis' float64 estimator against a float64
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -59,6 +58,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rdr_jax import angles, matrices  # noqa: E402
 from rdr_jax.sketching import Gaussian  # noqa: E402
+from _common import parser  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_angles.json"
 TARGET = 10.0
@@ -182,8 +182,8 @@ def run(args):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, quick="N=20, r=200, l=80, k=20, repeats=3", seed=0, out=str(DEFAULT_OUT),
+               helps={"out": "output JSON (default experiments/results/bench_angles.json)"})
     p.add_argument("--trials", type=int, default=100, help="N, estimator trials (default 100)")
     p.add_argument("--r", type=int, default=500, help="spectrum length r (default 500)")
     p.add_argument("--l", type=int, default=200, help="sketch size l (default 200)")
@@ -195,10 +195,6 @@ def parse_args(argv=None):
     p.add_argument("--spectrum", choices=("slow", "fast"), default="slow",
                    help="thesis slow (polynomial) or fast (exponential) decay")
     p.add_argument("--repeats", type=int, default=5, help="timed calls (median reported)")
-    p.add_argument("--quick", action="store_true", help="N=20, r=200, l=80, k=20, repeats=3")
-    p.add_argument("--out", default=str(DEFAULT_OUT),
-                   help="output JSON (default experiments/results/bench_angles.json)")
-    p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.quick:
         args.trials, args.r, args.l, args.k, args.repeats = 20, 200, 80, 20, 3

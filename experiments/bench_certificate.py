@@ -36,7 +36,6 @@ earlier results stay comparable.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -49,6 +48,7 @@ import numpy as np
 
 import rdr_jax as R
 from rdr_jax import matrices as M
+from _common import parser
 
 TARGET = 0.10   # error-bound cost / decomposition cost (issue 15)
 FUSED_TARGET = 0.05   # the bound fused into the CUR's last pass, its extra cost (issue 30)
@@ -183,12 +183,10 @@ def bench_fixed(m, n, trials, tol=1e-2):
 
 
 def _main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true")
+    ap = parser(__doc__, quick=True, out="experiments/results/bench_certificate")
     ap.add_argument("--parts", default="dense,snn,fixed")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--trials", type=int, default=None)
-    ap.add_argument("--out", default="experiments/results/bench_certificate")
     args = ap.parse_args(argv)
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)

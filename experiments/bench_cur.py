@@ -58,6 +58,7 @@ import numpy as np  # noqa: E402
 
 import rdr_jax as R  # noqa: E402
 from rdr_jax.id_cur import pivoting as P  # noqa: E402
+from _common import parser  # noqa: E402
 
 
 def user_blas_threads(n):
@@ -331,11 +332,9 @@ def bench_snn1e6(k, outdir, sketch="gaussian"):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true")
+    ap = parser(__doc__, quick=True, out="experiments/results/bench_cur")
     ap.add_argument("--parts", default="pivot,id,snn1e6")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default="experiments/results/bench_cur")
     ap.add_argument("--snn-sketch", default="gaussian,sparse_sign",
                     help="sketches for the SNN1e6 part (comma separated)")
     ap.add_argument("--snn1e6-child", type=int, default=None, help=argparse.SUPPRESS)

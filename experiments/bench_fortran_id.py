@@ -92,6 +92,7 @@ CHILD = HERE / "_fortran_child.py"
 sys.path.insert(0, str(HERE))
 
 from _fortran_child import optimal_rel_error, rel_error  # noqa: E402
+from _common import parser  # noqa: E402
 
 FORTRAN_SCIPY = "1.14.1"
 FORTRAN_PIP = [f"scipy=={FORTRAN_SCIPY}", "numpy>=2.0,<2.1", "threadpoolctl"]
@@ -461,8 +462,8 @@ def _cpu_count() -> int:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="1000 x 600 matrices, k in {20, 50}")
+    ap = parser(__doc__, quick="1000 x 600 matrices, k in {20, 50}",
+                out="experiments/results/bench_fortran_id")
     ap.add_argument("--repeats", type=int, default=5, help="timed calls per row (default 5)")
     ap.add_argument("--scipy-repeats", type=int, default=None,
                     help="timed calls for the installed scipy (slow; default 2, --quick: "
@@ -481,7 +482,6 @@ def parse_args(argv=None):
     ap.add_argument("--workdir", default=None,
                     help="keep matrices and singular values here (default: a temporary "
                          "directory, removed at the end)")
-    ap.add_argument("--out", default="experiments/results/bench_fortran_id")
     ap.add_argument("--rdr-child", nargs=2, metavar=("SPEC", "OUT"), default=None,
                     help=argparse.SUPPRESS)
     return ap.parse_args(argv)

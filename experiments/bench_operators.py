@@ -49,7 +49,7 @@ import rdr_jax
 from rdr_jax import operators as ops
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import gaussian, sparse_sign  # noqa: E402
+from _common import gaussian, parser, sparse_sign  # noqa: E402
 
 F64 = jnp.float64
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_operators"
@@ -105,15 +105,12 @@ def _old_ops(A, l, m):
 
 
 def _main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="10^5 x 10^5 instead of 10^6")
+    p = parser(__doc__, quick="10^5 x 10^5 instead of 10^6", seed=0, out=DEFAULT_OUT)
     p.add_argument("--l", type=int, default=210)
     p.add_argument("--k", type=int, default=200)
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--before", action=argparse.BooleanOptionalAction, default=None,
                    help="also time the previous XLA implementation (default: only --quick)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     a = p.parse_args(argv)
     repeats = a.repeats or (3 if a.quick else 1)
     before = a.quick if a.before is None else a.before

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from _common import parser
+
 MiB = 2 ** 20
 RUNTIME_CONSTANT = 96 * MiB
 
@@ -154,9 +156,8 @@ def _compare(path: Path, fmt: str, args, res: dict) -> dict:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="12000 x 2000, 16 MiB budget")
+    ap = parser(__doc__, quick="12000 x 2000, 16 MiB budget", seed=0,
+                out="experiments/results/bench_outofcore")
     ap.add_argument("--m", type=int, default=None)
     ap.add_argument("--n", type=int, default=None)
     ap.add_argument("--k", type=int, default=50)
@@ -167,9 +168,7 @@ def parse_args(argv=None):
     ap.add_argument("--compare", choices=("auto", "yes", "no"), default="auto",
                     help="in-memory reference (auto: when the file is under 4 GiB)")
     ap.add_argument("--dir", default=None, help="folder for the temporary file")
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--out", default="experiments/results/bench_outofcore")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -70,7 +70,7 @@ from tqdm import tqdm
 from rdr_jax._src.kernels import sparse_sign_apply_host
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import gaussian, sparse_sign, srtt  # noqa: E402
+from _common import gaussian, parser, sparse_sign, srtt  # noqa: E402
 from rdr_jax.operators import HIGHEST
 
 F32 = jnp.float32
@@ -444,18 +444,14 @@ def plot(best, floor, args, env, path):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, quick="m=8192, repeats=3 (a few seconds)", seed=0, out=str(DEFAULT_OUT),
+               helps={"out": "output folder (default experiments/results/bench_sketch)"})
     p.add_argument("--m", type=int, default=65536, help="rows of A (default 65536)")
     p.add_argument("--n", type=int, default=256, help="columns of A (default 256)")
     p.add_argument("--ls", type=lambda s: [int(x) for x in s.split(",") if x.strip()],
                    default=[32, 128, 512], help="comma-separated sketch sizes (default 32,128,512)")
     p.add_argument("--zeta", type=int, default=8, help="sparse_sign nonzeros per column")
     p.add_argument("--repeats", type=int, default=7, help="timed calls per cell (min reported)")
-    p.add_argument("--quick", action="store_true", help="m=8192, repeats=3 (a few seconds)")
-    p.add_argument("--out", default=str(DEFAULT_OUT),
-                   help="output folder (default experiments/results/bench_sketch)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--f64", action=argparse.BooleanOptionalAction, default=True,
                    help="also time the sparse sign and Gaussian rows in float64 at the largest l")
     args = p.parse_args(argv)

@@ -32,7 +32,6 @@ Raw numbers go to ``results.json`` in ``--out`` (default ``experiments/results/b
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -47,7 +46,7 @@ import numpy as np
 from rdr_jax.sketching import SRTT, Gaussian
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import compare_times, env_info, ints  # noqa: E402
+from _common import compare_times, env_info, ints, parser  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_srtt"
 METHODS = ("gaussian", "srtt", "srtt_fft", "srtt_dense", "srtt_draw", "srtt_apply")
@@ -129,16 +128,13 @@ def run_dtype(dtype: str, args) -> dict:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = parser(__doc__, quick="m=8192, n=200, 3 repeats", seed=0, out=DEFAULT_OUT)
     p.add_argument("--m", type=int, default=65536)
     p.add_argument("--n", type=int, default=1000)
     p.add_argument("--ls", type=ints, default=[16, 64, 256])
     p.add_argument("--dtypes", default="float64,float32")
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--old", action="store_true", help="also time the previous formula once")
-    p.add_argument("--quick", action="store_true", help="m=8192, n=200, 3 repeats")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
     if args.quick:
         args.m, args.n, args.repeats = 8192, 200, 3

@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from _common import parser
+
 SHAPES = ((500, 300), (2000, 2000), (8000, 1000), (500, 4000), (4000, 2000))
 KS = (10, 30, 60, 100, 200, 300, 500)
 QUICK_SHAPES = ((500, 300), (2000, 1000))
@@ -86,10 +88,8 @@ def run_child(shapes, ks, repeats, one_thread: bool):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="2 shapes, 3 ranks")
+    ap = parser(__doc__, quick="2 shapes, 3 ranks", out="experiments/results/bench_threads")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default="experiments/results/bench_threads")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:

@@ -37,7 +37,6 @@ marked ``retake``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -49,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, loadavg  # noqa: E402
+from _common import env_info, loadavg, parser  # noqa: E402
 
 from rdr_jax.adawac import configs as adawac_configs  # noqa: E402
 from rdr_jax.adawac import train as adawac  # noqa: E402
@@ -213,13 +212,11 @@ def measure(name: str, runs: int, timed: int, cell_steps: int) -> dict:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="R = 2, two steps, 3 timed steps")
+    p = parser(__doc__, quick="R = 2, two steps, 3 timed steps", out=DEFAULT_OUT)
     p.add_argument("--runs", type=int, default=None, help="runs per cell (default 5; quick 2)")
     p.add_argument("--steps", nargs="+", choices=STEPS, default=None)
     p.add_argument("--cell-steps", type=int, default=1000,
                    help="steps of the cell the compile-included ratio is computed for")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     return p.parse_args(argv)
 
 

@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+from _common import parser
+
 HERE = Path(__file__).resolve().parent
 TARGET = 1.5
 
@@ -148,14 +150,13 @@ def plot(rows, cores, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="block 1000 x 400, k = 20")
+    ap = parser(__doc__, quick="block 1000 x 400, k = 20",
+                out=HERE / "results" / "bench_weak_scaling")
     ap.add_argument("--devices", default="1,2,4,8")
     ap.add_argument("--block", type=int, default=None, help="rows per device")
     ap.add_argument("--n", type=int, default=None, help="columns")
     ap.add_argument("--k", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "bench_weak_scaling")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:

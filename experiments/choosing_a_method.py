@@ -23,7 +23,6 @@ Writes ``choosing_a_method.json`` and ``choosing_a_method.md`` to ``--out`` (def
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import json
@@ -47,7 +46,7 @@ import rdr_jax as R
 from rdr_jax import matrices
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info  # noqa: E402
+from _common import env_info, parser  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "experiments" / "results" / "choosing_a_method"
@@ -283,12 +282,10 @@ def markdown(data: dict) -> str:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="400 x 200, k = 10, fewer rows")
+    p = parser(__doc__, quick="400 x 200, k = 10, fewer rows", out=DEFAULT_OUT)
     p.add_argument("--repeats", type=int, default=0,
                    help="timed calls per row, the fastest reported (default 5; 2 with --quick); "
                         "errors are the median over keys 1-3")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     return p.parse_args(argv)
 
 

@@ -40,7 +40,6 @@ float32: CNN training; nothing here needs float64.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import sys
@@ -53,7 +52,7 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, loadavg  # noqa: E402
+from _common import env_info, loadavg, parser  # noqa: E402
 
 from rdr_jax.dac import configs as C  # noqa: E402
 from rdr_jax.dac import data as D  # noqa: E402
@@ -207,14 +206,11 @@ def plot(cfg, summ, path):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="CI-sized (~1-2 min)")
-    p.add_argument("--seed", type=int, default=10,
-                   help="first of the seeds (default 10; the pilot that chose lambda used 0-2)")
+    p = parser(__doc__, quick="CI-sized (~1-2 min)", seed=10, out=str(DEFAULT_OUT),
+               helps={"seed": "first of the seeds (default 10; the pilot that chose lambda "
+                              "used 0-2)"})
     p.add_argument("--steps", type=int, default=None, help="override total_steps")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default 5)")
-    p.add_argument("--out", default=str(DEFAULT_OUT))
     return p.parse_args(argv)
 
 

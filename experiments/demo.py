@@ -16,7 +16,6 @@ float32: the errors shown are far above float32 rounding.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import jax
@@ -25,6 +24,7 @@ import numpy as np
 
 import rdr_jax as R
 from rdr_jax import datasets, matrices
+from _common import parser
 
 
 def _timed(fn, *args, repeats=3):
@@ -70,9 +70,7 @@ def factored_case(m, k, q, key):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small sizes (CI)")
-    p.add_argument("--seed", type=int, default=0)
+    p = parser(__doc__, quick="small sizes (CI)", seed=0)
     args = p.parse_args(argv)
     key = jax.random.key(args.seed)
     k1, k2, k3, k4 = jax.random.split(key, 4)

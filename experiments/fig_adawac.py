@@ -80,7 +80,7 @@ import scipy.ndimage
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import data_desc, env_info, host_threads, roc_auc  # noqa: E402
+from _common import data_desc, env_info, host_threads, parser, roc_auc  # noqa: E402
 
 from rdr_jax.adawac import configs as adawac_configs  # noqa: E402
 from rdr_jax.adawac import plots  # noqa: E402
@@ -535,8 +535,9 @@ def fig_overlay(runner: Runner, figure: str, out: Path) -> dict:
              f"test DSC AdaWAC {da:.3f}, ERM {de:.3f}; columns: slice DSC AdaWAC / ERM")
     plots.segmentation_overlay(np.stack(images), np.stack(labels),
                                {METHOD_LABELS[m]: np.stack(shown[m]) for m in runs},
-                               class_names=data.class_names, layout="columns",
-                               example_names=names, title=title, path=out / f"{figure}.png")
+                               class_names=data.class_names, example_names=names, title=title,
+                               style=plots.OverlayStyle(layout="columns"),
+                               path=out / f"{figure}.png")
     extra = {}
     if figure == "half_sparse":
         plots.legend_figure(data.class_names, path=out / "half_sparse_legend.png")
@@ -587,18 +588,14 @@ def _clean(v: Any) -> Any:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, quick="CI size: phantoms + tiny network", data_dir=None, host_threads=0,
+               seed=0, out=str(DEFAULT_OUT),
+               helps={"data_dir": "Synapse / ACDC folder (TransUNet preprocessing)",
+                      "seed": "training seed"})
     p.add_argument("--figure", default="all", choices=list(FIGURES) + ["all"])
-    p.add_argument("--quick", action="store_true", help="CI size: phantoms + tiny network")
-    p.add_argument("--seed", type=int, default=0, help="training seed")
     p.add_argument("--data-seed", type=int, default=0, help="phantom data seed")
     p.add_argument("--steps", type=int, default=None,
                    help="override the number of training steps (default: the config's epochs)")
-    p.add_argument("--data-dir", default=None,
-                   help="Synapse / ACDC folder (TransUNet preprocessing)")
-    p.add_argument("--out", default=str(DEFAULT_OUT))
-    p.add_argument("--host-threads", type=int, default=0)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a config field of every figure, e.g. --set model.width=4 "
                         "(repeatable)")

@@ -74,7 +74,7 @@ import rdr_jax as R
 from rdr_jax import angles, matrices
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, floats, loadavg, run_main  # noqa: E402
+from _common import env_info, floats, loadavg, parser, run_main  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_budget_example"
 SETTINGS = [(16, 32, 1.05), (32, 64, 2.00)]
@@ -229,19 +229,14 @@ def parse_settings(s: str):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="(16, 32, 1.05) only, 3 trials")
+    p = parser(__doc__, quick="(16, 32, 1.05) only, 3 trials", host_threads=1, seed=0,
+               out=str(DEFAULT_OUT))
     p.add_argument("--settings", type=parse_settings, default=None,
                    help="'alpha,beta,gamma;...' (default: 16,32,1.05;32,64,2.0)")
     p.add_argument("--gaps", type=floats,
                    default=None, help="spectral gaps sigma_1/sigma_(k+1) (default 1.01,1.5)")
     p.add_argument("--k", type=int, default=10, help="target rank (thesis: 10)")
     p.add_argument("--trials", type=int, default=None, help="rSVD trials per (l, q) (thesis: 5)")
-    p.add_argument("--host-threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(DEFAULT_OUT))
     args = p.parse_args(argv)
     if args.settings is None:
         args.settings = SETTINGS[:1] if args.quick else SETTINGS

@@ -132,7 +132,7 @@ from tqdm import tqdm
 from rdr_jax import angles, datasets, matrices
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, loadavg, run_main, trials_mesh  # noqa: E402
+from _common import OUT_HELP, env_info, loadavg, parser, run_main, trials_mesh  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_canonical_angles"
 ORDER = ("gaussian_slow", "gaussian_fast", "snn_a1", "snn_a100", "real")
@@ -614,10 +614,11 @@ def parse_configs(s: str):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="gaussian_slow with (50,200,0-1) and (50,80,0-1) only")
+    p = parser(__doc__, quick="gaussian_slow with (50,200,0-1) and (50,80,0-1) only",
+               data_dir=None, host_threads=1, seed=0, out=str(DEFAULT_OUT),
+               helps={"data_dir": "folder with MNIST (default $RDR_JAX_DATA or ~/.rdr_jax/data)",
+                      "host_threads": "OpenBLAS/OpenMP threads (default 1; 0 = library default)",
+                      "out": OUT_HELP})
     p.add_argument("--matrix", action="append", choices=ORDER, default=None,
                    help="matrix to run (repeatable; default all, quick: gaussian_slow)")
     p.add_argument("--configs", type=parse_configs, default=None,
@@ -625,15 +626,9 @@ def parse_args(argv=None):
     p.add_argument("--size", type=int, default=500, help="synthetic matrices are size x size")
     p.add_argument("--snn-density", type=float, default=0.025)
     p.add_argument("--num-trials", type=int, default=3, help="estimator trials N (thesis: 3)")
-    p.add_argument("--data-dir", default=None, help="folder with MNIST (default $RDR_JAX_DATA "
-                   "or ~/.rdr_jax/data)")
-    p.add_argument("--host-threads", type=int, default=1,
-                   help="OpenBLAS/OpenMP threads (default 1; 0 = library default)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--devices", type=int, default=1,
                    help="split the estimator's trials over this many devices (same results; "
                         "on CPU set XLA_FLAGS=--xla_force_host_platform_device_count=N)")
-    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
     args = p.parse_args(argv)
     if args.size < 8:
         p.error("--size must be >= 8")

@@ -35,7 +35,6 @@ float32 rounding.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import sys
@@ -48,15 +47,13 @@ from tqdm import tqdm
 from rdr_jax.dac import domain_adaptation as DA
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, floats, ints, run_main  # noqa: E402
+from _common import env_info, floats, ints, parser, run_main  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_domain_adaptation"
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="N = 200, 1000 draws")
+    p = parser(__doc__, quick="N = 200, 1000 draws", host_threads=1, seed=0, out=str(DEFAULT_OUT))
     p.add_argument("--Ns", type=ints, default=None)
     p.add_argument("--sigma-ts", type=floats, default=[1.0, 2.0, 4.0, 8.0])
     p.add_argument("--draws", type=int, default=None, help="source data sets (4000 / 1000)")
@@ -65,9 +62,6 @@ def parse_args(argv=None):
     p.add_argument("--d-e", type=int, default=20)
     p.add_argument("--alpha", type=int, default=1)
     p.add_argument("--sigma", type=float, default=1.0)
-    p.add_argument("--host-threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(DEFAULT_OUT))
     a = p.parse_args(argv)
     a.Ns = a.Ns or ([200] if a.quick else [100, 200, 400])
     a.draws = a.draws or (1000 if a.quick else 4000)

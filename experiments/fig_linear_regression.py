@@ -32,7 +32,6 @@ rounding.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import sys
@@ -46,7 +45,7 @@ from tqdm import tqdm
 from rdr_jax.dac import linear as L
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, ints, run_main  # noqa: E402
+from _common import env_info, ints, parser, run_main  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_linear_regression"
 TOL = 0.05
@@ -58,18 +57,14 @@ CLAIMS = {
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="d_e1 step 5, 2000 draws")
+    p = parser(__doc__, quick="d_e1 step 5, 2000 draws", host_threads=1, seed=0,
+               out=str(DEFAULT_OUT))
     p.add_argument("--d-augs", type=ints, default=[20, 25])
     p.add_argument("--step", type=int, default=None, help="d_e1 step (1 full, 5 quick)")
     p.add_argument("--draws", type=int, default=None, help="noise draws (5000 full, 2000 quick)")
     p.add_argument("--sigma", type=float, default=1.0)
     p.add_argument("--N", type=int, default=50)
     p.add_argument("--d", type=int, default=30)
-    p.add_argument("--host-threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(DEFAULT_OUT))
     a = p.parse_args(argv)
     a.step = a.step or (5 if a.quick else 1)
     a.draws = a.draws or (2000 if a.quick else 5000)

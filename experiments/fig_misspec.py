@@ -48,7 +48,6 @@ closed form to 1e-6.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -64,7 +63,7 @@ from tqdm import tqdm
 from rdr_jax.dac import linear as L
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, floats, ints, run_main  # noqa: E402
+from _common import env_info, floats, ints, parser, run_main  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_misspec"
 THESIS_LAMBDA = 3.2
@@ -72,10 +71,8 @@ STABLE_RATIO = 4.0
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="3 designs, 11 lambdas, d_aug in {20, 24, 28}, 1000 draws")
+    p = parser(__doc__, quick="3 designs, 11 lambdas, d_aug in {20, 24, 28}, 1000 draws",
+               host_threads=1, seed=0, out=str(DEFAULT_OUT))
     p.add_argument("--designs", type=int, default=None, help="designs/seeds (10 full, 3 quick)")
     p.add_argument("--draws", type=int, default=None, help="noise draws (2000 full, 1000 quick)")
     p.add_argument("--d-aug", type=int, default=24, help="d_aug of the lambda sweep")
@@ -89,9 +86,6 @@ def parse_args(argv=None):
     p.add_argument("--N", type=int, default=50)
     p.add_argument("--d", type=int, default=30)
     p.add_argument("--d-c", type=int, default=10)
-    p.add_argument("--host-threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(DEFAULT_OUT))
     a = p.parse_args(argv)
     a.designs = a.designs or (3 if a.quick else 10)
     a.draws = a.draws or (1000 if a.quick else 2000)

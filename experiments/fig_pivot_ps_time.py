@@ -39,7 +39,6 @@ float64: needed because the figure reproduces the thesis' float64 pivoting times
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
@@ -57,8 +56,8 @@ from rdr_jax.id_cur import pivoting
 from rdr_jax.operators import HIGHEST
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (NOISE_RULE, compare_times, env_info, ints as _ints, loadavg,  # noqa: E402
-                     ratio_range, run_main)
+from _common import (NOISE_RULE, OUT_HELP, THREADS_HELP, compare_times, env_info,  # noqa: E402
+                     ints as _ints, loadavg, parser, ratio_range, run_main)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_pivot_ps_time"
 METHODS = ("LUPP", "CPQR", "DEIM")
@@ -176,18 +175,12 @@ def plot(med, ns, ls, cfg, env, path):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="n=2^10,2^13, l=16,64, 3 repeats")
+    p = parser(__doc__, quick="n=2^10,2^13, l=16,64, 3 repeats", host_threads=1, seed=0,
+               out=str(DEFAULT_OUT), helps={"host_threads": THREADS_HELP, "out": OUT_HELP})
     p.add_argument("--ns", type=_ints, default=None, help="comma-separated n, e.g. '2**10,2**12'")
     p.add_argument("--ls", type=_ints, default=None, help="comma-separated l")
     p.add_argument("--m", type=int, default=1000, help="rows of A (DEIM's Q^T A), default 1000")
     p.add_argument("--repeats", type=int, default=None, help="timed calls per cell (median)")
-    p.add_argument("--host-threads", type=int, default=1,
-                   help="threads for OpenBLAS/OpenMP/numba (default 1: robust timings on a "
-                        "shared machine; 0 = library defaults)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
     args = p.parse_args(argv)
     if args.quick:
         defaults = dict(ns=[2**10, 2**13], ls=[16, 64], repeats=3)

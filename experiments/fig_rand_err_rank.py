@@ -145,7 +145,7 @@ from rdr_jax.operators import FactoredOperator, SparseOperator
 from rdr_jax.id_cur.selection import THESIS_NAMES, Leverage, Method, resolve_method, sketch_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, ints, loadavg, run_main  # noqa: E402
+from _common import OUT_HELP, THREADS_HELP, env_info, ints, loadavg, parser, run_main  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_rand_err_rank"
 #: the eight algorithms: label -> (thesis name for resolve_method, leverage-score mode)
@@ -671,12 +671,14 @@ def print_table(title, rows, ks):
 
 # --------------------------------------------------------------------------------------
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="snn1e3 (k=20) + yaleface -> lfw (k=10), 3 timed calls, no "
-                        "cross-check (the 16 XLA compilations dominate: well under a minute "
-                        "on 2 cores)")
+    p = parser(__doc__,
+               quick="snn1e3 (k=20) + yaleface -> lfw (k=10), 3 timed calls, no "
+                     "cross-check (the 16 XLA compilations dominate: well under a minute "
+                     "on 2 cores)",
+               data_dir=None, host_threads=1, seed=0, out=str(DEFAULT_OUT),
+               helps={"data_dir": "folder with the data files (default $RDR_JAX_DATA or "
+                                  "~/.rdr_jax/data)",
+                      "host_threads": THREADS_HELP, "out": OUT_HELP})
     p.add_argument("--dataset", action="append", choices=ORDER, default=None,
                    help="data set to run (repeatable); default: all available but snn1e6 "
                         "(quick: snn1e3, yaleface -> lfw)")
@@ -692,18 +694,11 @@ def parse_args(argv=None):
                    help=f"sketches (keys) whose CUR errors are computed per (algorithm, k); "
                         f"the median is reported (default {DRAWS}; quick 1). The first draws "
                         f"are the first timed calls")
-    p.add_argument("--data-dir", default=None, help="folder with the data files "
-                   "(default $RDR_JAX_DATA or ~/.rdr_jax/data)")
     p.add_argument("--cur-check", action=argparse.BooleanOptionalAction, default=None,
                    help="cross-check one error per data set against rdr_jax.cur (default: on "
                         "in full mode, off in quick mode)")
     p.add_argument("--dense-error-limit", type=int, default=1 << 24,
                    help="sparse matrices with more entries get Pythagoras + Lanczos errors")
-    p.add_argument("--host-threads", type=int, default=1,
-                   help="threads for OpenBLAS/OpenMP/numba (default 1: robust timings on a "
-                        "shared machine; 0 = library defaults)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
     args = p.parse_args(argv)
     if args.cur_check is None:
         args.cur_check = not args.quick

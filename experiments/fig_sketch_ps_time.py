@@ -62,7 +62,6 @@ float32 runs in float32.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
@@ -77,8 +76,8 @@ from tqdm import tqdm
 from rdr_jax.sketching import Gaussian, make_sketch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (NOISE_RULE, compare_times, env_info, ints as _ints, loadavg,  # noqa: E402
-                     run_main)
+from _common import (NOISE_RULE, OUT_HELP, THREADS_HELP, compare_times, env_info,  # noqa: E402
+                     ints as _ints, loadavg, parser, run_main)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_sketch_ps_time"
 METHODS = ("gaussian", "srtt", "sparse_sign", "sparse_sign_jit")
@@ -229,10 +228,9 @@ def plot(med, ms, ls, cfg, env, path, methods=METHODS, raw=None):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="n=100, m=2^11,2^14, l=16,64, 3 repeats (< 1 min)")
+    p = parser(__doc__, quick="n=100, m=2^11,2^14, l=16,64, 3 repeats (< 1 min)", host_threads=1,
+               seed=0, dtype=("float64", ("float32", "float64")), out=str(DEFAULT_OUT),
+               helps={"host_threads": THREADS_HELP, "out": OUT_HELP})
     p.add_argument("--extras", action="store_true",
                    help="also time sparse sign drawn + applied inside one jit")
     p.add_argument("--ms", type=_ints, default=None,
@@ -241,12 +239,6 @@ def parse_args(argv=None):
     p.add_argument("--n", type=int, default=None, help="columns of A (1000 full, 100 quick)")
     p.add_argument("--zeta", type=int, default=8, help="sparse sign nonzeros per column")
     p.add_argument("--repeats", type=int, default=None, help="timed calls per cell (median)")
-    p.add_argument("--dtype", default="float64", choices=("float32", "float64"))
-    p.add_argument("--host-threads", type=int, default=1,
-                   help="threads for OpenBLAS/OpenMP/numba (default 1: robust timings on a "
-                        "shared machine; 0 = library defaults)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
     args = p.parse_args(argv)
     if args.quick:
         defaults = dict(ms=[2**11, 2**14], ls=[16, 64], n=100, repeats=3)

@@ -82,7 +82,6 @@ floor (FLOOR).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import functools
 import json
@@ -101,7 +100,7 @@ from rdr_jax import angles, matrices
 from rdr_jax.angles._common import sines_orthonormal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, loadavg, run_main  # noqa: E402
+from _common import env_info, loadavg, parser, run_main  # noqa: E402
 from fig_canonical_angles import (FLOOR, ORDER, QUICK_MATRICES, load_matrix,  # noqa: E402
                                   parse_configs, print_data_sources)
 
@@ -354,9 +353,8 @@ def check_claims(panels, args):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="gaussian_slow only")
+    p = parser(__doc__, quick="gaussian_slow only", data_dir=None, host_threads=1, seed=0,
+               out=str(DEFAULT_OUT))
     p.add_argument("--matrix", action="append", choices=CHOICES, default=None,
                    help="repeatable; default the thesis' five (quick: gaussian_slow); "
                         "code_slow/code_fast: the authors' code spectra")
@@ -371,10 +369,6 @@ def parse_args(argv=None):
     p.add_argument("--trials", type=int, default=None,
                    help="rSVDs per (matrix, k, l, q) for the hold fractions of both constant "
                         "sets (default 100; quick: 20; 0: none)")
-    p.add_argument("--data-dir", default=None)
-    p.add_argument("--host-threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(DEFAULT_OUT))
     args = p.parse_args(argv)
     if not (args.lower_eps > 0 and args.info_lower_eps > 0):
         p.error("--lower-eps and --info-lower-eps must be > 0")

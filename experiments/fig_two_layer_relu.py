@@ -51,7 +51,6 @@ float64-exact and float32 runs flip quick-mode verdict (b).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import sys
@@ -67,7 +66,7 @@ from tqdm import tqdm
 from rdr_jax.dac import two_layer as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, ints, loadavg, run_main  # noqa: E402
+from _common import OUT_HELP, env_info, ints, loadavg, parser, run_main  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_two_layer_relu"
 CLAIM = ("DAC beats DA-ERM for two-layer ReLU regression, by more for strong (large d_aug) and "
@@ -100,11 +99,12 @@ def wilcoxon_p(x, y, alternative: str) -> float:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="alphas 1,4; d_aug 0,10,20,25; 6 seeds; 1000 steps (two XLA "
-                        "compilations, one per alpha, dominate: about a minute)")
+    p = parser(__doc__,
+               quick="alphas 1,4; d_aug 0,10,20,25; 6 seeds; 1000 steps (two XLA "
+                     "compilations, one per alpha, dominate: about a minute)",
+               host_threads=1, seed=0, out=str(DEFAULT_OUT),
+               helps={"host_threads": "threads for OpenBLAS/OpenMP (0 = library defaults)",
+                      "out": OUT_HELP})
     p.add_argument("--alphas", type=ints, default=None, help="augmentations per sample")
     p.add_argument("--d-augs", type=ints, default=None, help="perturbed coordinates")
     p.add_argument("--seeds", type=int, default=None, help="seeds per cell (vmapped)")
@@ -120,10 +120,6 @@ def parse_args(argv=None):
     p.add_argument("--n-test", type=int, default=2000, help="test inputs")
     p.add_argument("--soft-lam", type=float, default=None,
                    help="also train soft DAC (Eq. eq:dac_soft) with this lam")
-    p.add_argument("--host-threads", type=int, default=1,
-                   help="threads for OpenBLAS/OpenMP (0 = library defaults)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
     args = p.parse_args(argv)
     base = QUICK if args.quick else FULL
     for k in ("alphas", "d_augs", "seeds", "steps"):

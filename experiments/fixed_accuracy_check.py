@@ -16,7 +16,6 @@ The issue-29 numbers in ``docs/id-cur.md`` come from this script (before: commit
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -31,6 +30,7 @@ import scipy.sparse.linalg as spla
 from jax.tree_util import Partial
 
 import rdr_jax as R
+from _common import parser
 
 
 def _matmat(data, X):
@@ -151,8 +151,7 @@ def run_case(mats, svals, case):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="the small matrices only")
+    ap = parser(__doc__, quick="the small matrices only")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args(argv)
     mats, svals, rows = matrices(args.quick), {}, []

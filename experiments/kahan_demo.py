@@ -46,7 +46,6 @@ errors near n eps ||A||).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import sys
@@ -64,7 +63,7 @@ from rdr_jax import matrices
 from rdr_jax.id_cur import pivoting
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import run_main, ints as _ints  # noqa: E402
+from _common import OUT_HELP, THREADS_HELP, ints as _ints, parser, run_main  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "kahan_demo"
 DETERMINISTIC = ("LUPP", "CPQR")
@@ -142,19 +141,13 @@ def plot(rows, ks, n, s, path):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="n=64, k=16,40,63, 3 trials")
+    p = parser(__doc__, quick="n=64, k=16,40,63, 3 trials", host_threads=1, seed=0,
+               out=str(DEFAULT_OUT), helps={"host_threads": THREADS_HELP, "out": OUT_HELP})
     p.add_argument("--n", type=int, default=None, help="Kahan matrix size (200 full, 64 quick)")
     p.add_argument("--ks", type=_ints, default=None, help="comma-separated ranks")
     p.add_argument("--trials", type=int, default=None, help="keys per k for the randomized runs")
     p.add_argument("--oversample", type=int, default=10, help="l = k + oversample (capped at n)")
     p.add_argument("--theta", type=float, default=1.2, help="Kahan angle")
-    p.add_argument("--host-threads", type=int, default=1,
-                   help="threads for OpenBLAS/OpenMP/numba (default 1: robust timings on a "
-                        "shared machine; 0 = library defaults)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
     args = p.parse_args(argv)
     if args.quick:
         args.n = args.n or 64

@@ -35,6 +35,8 @@ import sys
 import time
 from pathlib import Path
 
+from _common import parser
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: factors must match the unsharded call to this relative tolerance (float64)
@@ -161,14 +163,13 @@ def launch(nproc: int, local_devices: int, m: int, n: int, k: int, timeout_s: fl
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__, out=str(ROOT / "experiments" / "results" / "multihost_check"))
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--local-devices", type=int, default=2, help="virtual CPU devices each")
     ap.add_argument("--m", type=int, default=1200)
     ap.add_argument("--n", type=int, default=400)
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--timeout-s", type=float, default=300.0)
-    ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "multihost_check"))
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -41,7 +41,6 @@ float32 (``--dtype bfloat16`` for bf16 compute): network training; nothing here 
 
 from __future__ import annotations
 
-import argparse
 import copy
 import csv
 import json
@@ -56,7 +55,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import env_info, host_threads, ints, roc_auc  # noqa: E402
+from _common import env_info, host_threads, ints, parser, roc_auc  # noqa: E402
 
 from rdr_jax.adawac import configs as adawac_configs  # noqa: E402
 from rdr_jax.adawac.data import has_foreground, load_acdc, load_synapse, make_subset  # noqa: E402
@@ -112,15 +111,16 @@ def load_data(cfg, args):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, quick="CI size: phantom + tiny network", data_dir=None, host_threads=0,
+               seed=0, dtype=(None, ["float32", "bfloat16"]), out=str(DEFAULT_OUT),
+               helps={"seed": "the seed when --seeds is not given",
+                      "dtype": "model computation dtype (config default float32; parameters, "
+                               "BatchNorm statistics and losses stay float32)"})
     p.add_argument("--config", default="phantom_quick",
                    choices=sorted(adawac_configs.CONFIGS))
     p.add_argument("--method", default=None,
                    help="comma-separated methods (default: adawac,erm)")
-    p.add_argument("--quick", action="store_true", help="CI size: phantom + tiny network")
     p.add_argument("--seeds", type=ints, default=None, help="training seeds, e.g. 0,1,2")
-    p.add_argument("--seed", type=int, default=0, help="the seed when --seeds is not given")
     p.add_argument("--data-seed", type=int, default=0, help="phantom data seed")
     p.add_argument("--subset", default=None,
                    help="full, half-slice, half-vol, half-sparse (default: config)")
@@ -128,13 +128,7 @@ def parse_args(argv=None):
     p.add_argument("--lam", type=float, default=None)
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--steps", type=int, default=None, help="override the number of steps")
-    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
-                   help="model computation dtype (config default float32; parameters, "
-                        "BatchNorm statistics and losses stay float32)")
-    p.add_argument("--data-dir", default=None)
     p.add_argument("--resume", action="store_true", help="continue from checkpoints in --out")
-    p.add_argument("--host-threads", type=int, default=0)
-    p.add_argument("--out", default=str(DEFAULT_OUT))
     return p.parse_args(argv)
 
 

