@@ -124,10 +124,11 @@ def run(args):
         "rdr_jax (default)": lambda: angles.unbiased_estimate(
             key, sj, k, l, q, subspace=args.subspace, num_trials=N),
         "rdr_jax method=qr": lambda: angles.unbiased_estimate(
-            key, sj, k, l, q, subspace=args.subspace, num_trials=N, method="qr"),
+            key, sj, k, l, q, subspace=args.subspace, num_trials=N,
+            options=angles.EstimateOptions(method="qr")),
         "rdr_jax threefry": lambda: angles.unbiased_estimate(
             key, sj, k, l, q, subspace=args.subspace, num_trials=N,
-            sketch=Gaussian(generator="threefry")),
+            options=angles.EstimateOptions(sketch=Gaussian(generator="threefry"))),
     }
     try:
         cores = len(os.sched_getaffinity(0))

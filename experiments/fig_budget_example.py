@@ -36,10 +36,11 @@ Thesis observations checked (HELD / NOT HELD, per setting and gap, with the numb
   admissible q is >= 0.8.
 
 Both constant sets: every plan is also made with the calibrated constants
-(``plan_budget(..., constants="calibrated")``: the Thm 3.1 bound with random-matrix quantiles
-for eps1, eps2, see :func:`rdr_jax.angles.space_agnostic_bound`; gamma then only sets the
-admissible q), and for each (gap, q) the script prints and saves the fraction of the trials in
-which the Thm 3.1 bound behind ``phi`` (thesis) and ``phi_calibrated`` holds for every i.
+(``plan_budget(..., options=PlanOptions(constants="calibrated"))``: the Thm 3.1 bound with
+random-matrix quantiles for eps1, eps2, see :func:`rdr_jax.angles.space_agnostic_bound`; gamma
+then only sets the admissible q), and for each (gap, q) the script prints and saves the fraction
+of the trials in which the Thm 3.1 bound behind ``phi`` (thesis) and ``phi_calibrated``
+holds for every i.
 Information only (not thesis observations).
 
 Outputs in ``--out`` (default ``experiments/results/fig_budget_example``): ``results.csv``
@@ -97,7 +98,8 @@ def run_setting(alpha, beta, gamma, k, gaps, trials, key, bar):
     out = {"alpha": alpha, "beta": beta, "gamma": gamma, "k": k, "r": r, "N": N, "gaps": {}}
     for gi, gap in enumerate(gaps):
         plan = angles.plan_budget(k, N, gap=gap, r=r, gamma=gamma)
-        cal = angles.plan_budget(k, N, gap=gap, r=r, gamma=gamma, constants="calibrated")
+        cal = angles.plan_budget(k, N, gap=gap, r=r, gamma=gamma,
+                                 options=angles.PlanOptions(constants="calibrated"))
         # same singular vectors for every gap (the key does not depend on the gap)
         A = matrices.with_spectrum(key, r, r, matrices.step_spectrum(r, k, gap),
                                    dtype=jnp.float64)

@@ -307,12 +307,13 @@ def panel_summary(mat: str, k: int, l: int, q: int, subspace: str, r: int, ser: 
 
 def run_config(M: dict, tsvd, k: int, l: int, qs, key, num_trials: int, mesh=None):
     """Angle reports for (k, l, q) for q in qs; returns (csv rows, panels, series). ``mesh``
-    splits the estimator's trials over devices (``unbiased_estimate(mesh=)``)."""
+    splits the estimator's trials over devices (``EstimateOptions(mesh=)``)."""
     r = int(tsvd.s.shape[0])
     rows, panels, series = [], [], {}
     for q in qs:
         rep = angles.angle_report(jax.random.fold_in(key, q), M["A"], k, l, q, true_svd=tsvd,
-                                  num_trials=num_trials, estimate_options={"mesh": mesh})
+                                  num_trials=num_trials, options=angles.ReportOptions(
+                                      estimate=angles.EstimateOptions(mesh=mesh)))
         rep = jax.block_until_ready(rep)
         for subspace in ("left", "right"):
             ser = subspace_series(rep, subspace)

@@ -201,7 +201,7 @@ def run_config(M, tsvd, k, l, qs, key, args):
     for q in qs:
         rep = jax.block_until_ready(angles.angle_report(
             jax.random.fold_in(key, q), M["A"], k, l, q, true_svd=tsvd, num_trials=1,
-            lower_eps=args.lower_eps))
+            options=angles.ReportOptions(lower_eps=args.lower_eps)))
         tr = dict(zip(("left", "right"), trial_sines(
             M["A"], tsvd, k, l, q, jax.random.fold_in(key, 1000 + q), args.trials)))
         for subspace in ("left", "right"):

@@ -495,7 +495,8 @@ def test_estimator_matches_literal_numpy_algorithm(method):
     with jax.enable_x64(True):
         key = jax.random.key(3)
         for side, p in (("left", 3), ("right", 4)):          # q = 1: 2q+1, 2q+2
-            est = AN.unbiased_estimate(key, s, k, l, 1, subspace=side, num_trials=N, method=method)
+            est = AN.unbiased_estimate(key, s, k, l, 1, subspace=side, num_trials=N,
+                                       options=AN.EstimateOptions(method=method))
             keys = jax.random.split(key, N)
             for j in range(N):
                 G = make_sketch(keys[j], "gaussian", l, 90, dtype=jnp.float32).todense()
@@ -517,9 +518,9 @@ def test_estimator_auto_falls_back_to_qr_when_ill_conditioned():
     s = M.exponential_decay(200, r1=10, base=0.9, floor=1e-6)
     with jax.enable_x64(True):
         key = jax.random.key(0)
-        qr = AN.unbiased_estimate(key, s, 10, 40, 5, num_trials=5, method="qr")
-        auto = AN.unbiased_estimate(key, s, 10, 40, 5, num_trials=5, method="auto")
-        chol = AN.unbiased_estimate(key, s, 10, 40, 5, num_trials=5, method="cholesky")
+        qr, auto, chol = (AN.unbiased_estimate(key, s, 10, 40, 5, num_trials=5,
+                                               options=AN.EstimateOptions(method=m))
+                          for m in ("qr", "auto", "cholesky"))
         np.testing.assert_allclose(_np(auto.trials), _np(qr.trials), rtol=1e-12)
         assert np.all(np.isfinite(_np(qr.trials)))
         # the raw Cholesky path is flagged (NaN) or visibly wrong there
@@ -616,13 +617,14 @@ def test_estimator_jit_vmap_no_retrace_and_other_sketches():
     # non-Gaussian sketch families (a model with V = I): valid sines, close to Gaussian's
     g = _np(AN.unbiased_estimate(keys[0], s, 6, 12, 1, num_trials=100).mean)
     for sketch in (SparseSign(zeta=4),):
-        e = _np(AN.unbiased_estimate(keys[0], s, 6, 12, 1, num_trials=100, sketch=sketch).mean)
+        e = _np(AN.unbiased_estimate(keys[0], s, 6, 12, 1, num_trials=100,
+                                     options=AN.EstimateOptions(sketch=sketch)).mean)
         assert np.all((e > 0) & (e < 1)) and np.all(np.abs(e / g - 1) < 0.3), sketch
 
 
 @pytest.mark.parametrize("case", ["increasing", "negative", "l_lt_k", "l_gt_r_minus_k",
                                   "q_neg", "trials0", "trials_float", "side", "sketch",
-                                  "method", "key"])
+                                  "method", "options", "key"])
 def test_estimator_bad_input(case):
     s = M.polynomial_decay(40)
     kw = dict(subspace="left", num_trials=3)
@@ -653,16 +655,52 @@ def test_estimator_bad_input(case):
         kw["subspace"] = "both"
         msg = "subspace must be"
     elif case == "sketch":
-        kw["sketch"] = "uniform"
+        kw["options"] = lambda: AN.EstimateOptions(sketch="uniform")
         msg = "sketch must be one of"
     elif case == "method":
-        kw["method"] = "svd"
+        kw["options"] = lambda: AN.EstimateOptions(method="svd")
         msg = "method must be"
+    elif case == "options":
+        kw["options"] = {"method": "qr"}
+        err, msg = TypeError, "options must be an EstimateOptions"
     else:
         args[0] = 0
         err, msg = TypeError, "key must be a JAX PRNG key"
     with pytest.raises(err, match=msg):
+        if callable(kw.get("options")):          # a bad option fails where it is built
+            kw["options"] = kw["options"]()
         AN.unbiased_estimate(*args, **kw)
+
+
+@pytest.mark.parametrize("build, err, msg", [
+    (lambda: AN.EstimateOptions(method="lu"), ValueError, "method must be"),
+    (lambda: AN.EstimateOptions(sketch="uniform"), ValueError, "sketch must be one of"),
+    (lambda: AN.EstimateOptions(mesh="cpu"), TypeError, "mesh must be a jax.sharding.Mesh"),
+    (lambda: AN.PlanOptions(subspace="column"), ValueError, "subspace must be"),
+    (lambda: AN.PlanOptions(reduce="min"), ValueError, "reduce must be 'mean' or 'max'"),
+    (lambda: AN.PlanOptions(constants="tight"), ValueError, "constants must be"),
+    (lambda: AN.ReportOptions(eps=0.0), ValueError, "eps must be a finite positive"),
+    (lambda: AN.ReportOptions(lower_eps=-1.0), ValueError, "lower_eps must be a finite"),
+    (lambda: AN.ReportOptions(stable="yes"), TypeError, "stable must be a bool"),
+    (lambda: AN.ReportOptions(residual="norm"), ValueError, "residual must be"),
+    (lambda: AN.ReportOptions(estimate={"method": "qr"}), TypeError,
+     "estimate must be an EstimateOptions"),
+    (lambda: AN.plan_budget(10, 160, gap=1.5, r=330, options="left"), TypeError,
+     "options must be a PlanOptions"),
+    (lambda: AN.angle_report(jax.random.key(0), np.eye(20), 2, 5, 0, options={}), TypeError,
+     "options must be a ReportOptions"),
+])
+def test_angle_option_objects_reject_bad_values(build, err, msg):
+    """0.3 moved the keywords of unbiased_estimate, plan_budget/phi_gamma and angle_report
+    onto frozen option objects; a bad value fails where the object is built."""
+    with pytest.raises(err, match=msg):
+        build()
+
+
+def test_angle_option_objects_are_hashable_and_default_to_the_old_keywords():
+    assert AN.EstimateOptions() == AN.EstimateOptions("gaussian", "auto", None)
+    assert AN.ReportOptions().estimate == AN.EstimateOptions()
+    assert len({AN.PlanOptions(), AN.PlanOptions(), AN.ReportOptions()}) == 2
 
 
 # ======================================================================================
@@ -956,7 +994,8 @@ def test_planner_matches_empirical_best_configuration(alpha, beta, gamma):
 
 def test_planner_general_spectrum_and_bad_input():
     s = M.polynomial_decay(300, r1=5)
-    plan = AN.plan_budget(10, 200, spectrum=s, subspace="right", reduce="max")
+    plan = AN.plan_budget(10, 200, spectrum=s,
+                          options=AN.PlanOptions(subspace="right", reduce="max"))
     assert plan.bounds.shape == (plan.power_iters_grid.size, 10)
     np.testing.assert_allclose(plan.phi, plan.bounds.max(1))
     i = list(plan.power_iters_grid).index(1)
@@ -1011,7 +1050,8 @@ def test_angle_report_consistent_with_the_parts():
         with pytest.raises(ValueError, match="l <= r - k"):
             AN.angle_report(jax.random.key(1), A, 10, 95, 0)
         # calibrated constants: both prior bounds switch, the rest of the report does not
-        cal = AN.angle_report(jax.random.key(1), A, k, l, q, constants="calibrated")
+        cal = AN.angle_report(jax.random.key(1), A, k, l, q,
+                              options=AN.ReportOptions(constants="calibrated"))
         np.testing.assert_allclose(_np(cal.true.Uk_Ul), _np(rep.true.Uk_Ul))
         for side in ("left", "right"):
             b = getattr(cal.sigma, side)
@@ -1019,9 +1059,9 @@ def test_angle_report_consistent_with_the_parts():
                 np.testing.assert_allclose(_np(got), _np(AN.space_agnostic_bound(
                     rep.spectrum, k, l, q, subspace=side, lower=lower, constants="calibrated")))
         with pytest.raises(ValueError, match="leave them at 1.0 and 2.0"):
-            AN.angle_report(jax.random.key(1), A, k, l, q, eps=2.0, constants="calibrated")
+            AN.ReportOptions(eps=2.0, constants="calibrated")
         with pytest.raises(ValueError, match="constants must be"):
-            AN.angle_report(jax.random.key(1), A, k, l, q, constants="tight")
+            AN.ReportOptions(constants="tight")
 
 
 # ======================================================================================
@@ -1193,7 +1233,8 @@ def test_new_keywords_raise_no_deprecation_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
         AN.space_agnostic_bound(s, 5, 10, power_iters=1, subspace="right")
-        AN.plan_budget(10, matvec_budget=160, gap=1.5, r=330, subspace="right")
+        AN.plan_budget(10, matvec_budget=160, gap=1.5, r=330,
+                       options=AN.PlanOptions(subspace="right"))
         AN.canonical_angles(np.eye(3)[:, :2], np.eye(3)[:, 1:], radians=True)
 
 

@@ -249,13 +249,17 @@ def test_default_is_thesis_constants(side, x64):
     assert np.all(np.isnan(_np(AN.space_agnostic_bound(s, 10, 20, 0, eps=1.5))))
 
 
+CAL = AN.PlanOptions(constants="calibrated")
+
+
 def test_planner_constants(x64):
     k, alpha, beta, gamma = 10, 16, 32, 1.05
     r, n_mv = (1 + beta) * k, alpha * k
     # default = thesis (docstring example, closed-form phi_gamma)
     plan = AN.plan_budget(k, n_mv, gap=1.5, r=r, gamma=gamma)
     assert plan.power_iters == 6
-    expl = AN.plan_budget(k, n_mv, gap=1.5, r=r, gamma=gamma, constants="thesis")
+    expl = AN.plan_budget(k, n_mv, gap=1.5, r=r, gamma=gamma,
+                          options=AN.PlanOptions(constants="thesis"))
     assert expl.power_iters == plan.power_iters and expl.l == plan.l
     assert np.array_equal(expl.phi, plan.phi) and np.array_equal(expl.bounds, plan.bounds)
     for q, l, phi in zip(plan.power_iters_grid, plan.l_grid, plan.phi):
@@ -264,7 +268,7 @@ def test_planner_constants(x64):
         assert phi == pytest.approx(ref, rel=1e-10)
     # calibrated: the same admissible grid, bounds from space_agnostic_bound(calibrated)
     for gap in (1.01, 1.5):
-        cal = AN.plan_budget(k, n_mv, gap=gap, r=r, gamma=gamma, constants="calibrated")
+        cal = AN.plan_budget(k, n_mv, gap=gap, r=r, gamma=gamma, options=CAL)
         thesis = AN.plan_budget(k, n_mv, gap=gap, r=r, gamma=gamma)
         assert np.array_equal(cal.power_iters_grid, thesis.power_iters_grid)
         assert np.array_equal(cal.l_grid, thesis.l_grid)
@@ -274,13 +278,11 @@ def test_planner_constants(x64):
             np.testing.assert_allclose(cal.bounds[i], b, rtol=1e-10)
             assert cal.phi[i] == pytest.approx(float(np.mean(b)), rel=1e-10)
             assert AN.phi_gamma(int(q), k, n_mv, gap=gap, r=r, gamma=gamma,
-                                constants="calibrated") == pytest.approx(cal.phi[i], rel=1e-12)
+                                options=CAL) == pytest.approx(cal.phi[i], rel=1e-12)
         assert np.all(cal.phi >= thesis.phi)   # calibrated constants are more conservative
     # small gap: oversampling still wins; large gap: power iterations
-    assert AN.plan_budget(k, n_mv, gap=1.01, r=r, gamma=gamma,
-                          constants="calibrated").power_iters == 0
-    assert AN.plan_budget(k, n_mv, gap=1.5, r=r, gamma=gamma,
-                          constants="calibrated").power_iters >= 3
+    assert AN.plan_budget(k, n_mv, gap=1.01, r=r, gamma=gamma, options=CAL).power_iters == 0
+    assert AN.plan_budget(k, n_mv, gap=1.5, r=r, gamma=gamma, options=CAL).power_iters >= 3
 
 
 @pytest.mark.parametrize("bad", ["Thesis", "calibrate", "", None, 1, ("thesis",)])
@@ -291,9 +293,9 @@ def test_bad_constants_raise(bad):
     with pytest.raises(ValueError, match="constants must be"):
         AN.space_agnostic_distortions(s, 5, 10, 0, constants=bad)
     with pytest.raises(ValueError, match="constants must be"):
-        AN.plan_budget(5, 40, spectrum=s, constants=bad)
+        AN.plan_budget(5, 40, spectrum=s, options=AN.PlanOptions(constants=bad))
     with pytest.raises(ValueError, match="constants must be"):
-        AN.phi_gamma(0, 5, 40, spectrum=s, constants=bad)
+        AN.ReportOptions(constants=bad)
 
 
 def test_calibrated_rejects_eps():

@@ -1,5 +1,5 @@
 """``fig_canonical_angles --devices N``: the estimator's Monte-Carlo trials split over N
-devices (``unbiased_estimate(mesh=)``) give the one-device results (2 virtual CPU devices,
+devices (``EstimateOptions(mesh=)``) give the one-device results (2 virtual CPU devices,
 subprocesses)."""
 
 import csv

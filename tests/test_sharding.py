@@ -177,8 +177,10 @@ def _worker():  # noqa: C901 - one flat list of cases, on purpose
     # ---- item 3: Monte-Carlo trials across devices -------------------------------------
     s = jnp.asarray(np.r_[np.ones(10), 1.0 / np.sqrt(np.arange(1, 91))])
     e1 = R.angles.unbiased_estimate(key, s, 5, 20, 1, num_trials=8)
-    e8 = R.angles.unbiased_estimate(key, s, 5, 20, 1, num_trials=8, mesh=mesh8)
-    e4 = R.angles.unbiased_estimate(key, s, 5, 20, 1, num_trials=8, mesh=mesh(4, (2, 2)))
+    e8 = R.angles.unbiased_estimate(key, s, 5, 20, 1, num_trials=8,
+                                    options=R.angles.EstimateOptions(mesh=mesh8))
+    e4 = R.angles.unbiased_estimate(key, s, 5, 20, 1, num_trials=8,
+                                    options=R.angles.EstimateOptions(mesh=mesh(4, (2, 2))))
     out["angles"] = dict(trials8=same(e8.trials, e1.trials), trials4=same(e4.trials, e1.trials),
                          mean=max(diff(e8.mean, e1.mean), diff(e4.mean, e1.mean)),
                          minmax=same(e8.min, e1.min) and same(e8.max, e1.max),
@@ -200,7 +202,7 @@ def _worker():  # noqa: C901 - one flat list of cases, on purpose
     out["bad/factor-inner"] = error_of(lambda: R.factored_operator(
         shard(Lf, mesh(2), P(None, "x")), dv, shard(Rf, mesh(2), P("x", None))))
     out["bad/trials"] = error_of(lambda: R.angles.unbiased_estimate(
-        key, s, 5, 20, 1, num_trials=3, mesh=mesh8))
+        key, s, 5, 20, 1, num_trials=3, options=R.angles.EstimateOptions(mesh=mesh8)))
     out["bad/orthonormalize"] = error_of(lambda: R.rangefinder(key, Aj, 5, orthonormalize="gs"))
     print(_MARK + json.dumps(out))
 

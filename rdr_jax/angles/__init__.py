@@ -22,6 +22,7 @@ or invalid bounds are NaN, never clamped. Derivations and measurements: ``docs/a
 from rdr_jax.angles.estimator import Estimate, padded_spectrum, unbiased_estimate
 from rdr_jax.angles.exact import TrueAngles, canonical_angles, exact_svd, true_angles
 from rdr_jax.angles.planner import BudgetPlan, phi_gamma, plan_budget
+from rdr_jax.angles.options import EstimateOptions, PlanOptions, ReportOptions  # noqa: F401
 from rdr_jax.angles.posterior import (GapBound, ResidualBound, Residuals, SeparateGapBounds,
                                       gap_bounds, posterior_residuals, residual_bound)
 from rdr_jax.angles.prior import (Distortions, rsvd_omega, saibaba_bound, space_agnostic_bound,

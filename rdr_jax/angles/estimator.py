@@ -19,6 +19,7 @@ from rdr_jax._src import jit as _jit
 from rdr_jax._src import validation as V
 from rdr_jax.angles._common import (check_sketch, check_spectrum,
                                     check_subspace, mm, run_after)
+from rdr_jax.angles.options import EstimateOptions
 from rdr_jax.sketching import make_sketch
 
 __all__ = ["unbiased_estimate", "padded_spectrum", "Estimate"]
@@ -154,8 +155,8 @@ def _trials_sharding(mesh: Any, num_trials: int):
 
 
 def unbiased_estimate(key: Any, s: Any, k: int, l: int, power_iters: int, *,
-                      subspace: str = "left", num_trials: int = 3, sketch: Any = "gaussian",
-                      method: str = "auto", mesh: Any = None) -> Estimate:
+                      subspace: str = "left", num_trials: int = 3,
+                      options: EstimateOptions = EstimateOptions()) -> Estimate:
     """Unbiased Monte-Carlo estimate of ``E[sin angle_i(U_k, U_hat_l)]`` (or V), i <= k,
     from the spectrum alone.
 
@@ -173,10 +174,8 @@ def unbiased_estimate(key: Any, s: Any, k: int, l: int, power_iters: int, *,
       power_iters: power iterations (q), ``>= 0``.
       subspace: ``"left"`` (U) or ``"right"`` (V).
       num_trials: N (static), ``>= 1``; the thesis uses 3.
-      sketch: ``"gaussian"`` (unbiased for every A with this spectrum) or another sketch
-        (a model with V = I).
-      method: ``"auto"`` (QR-accurate), ``"qr"`` or ``"cholesky"``: how ``W2^+`` is applied.
-      mesh: a ``jax.sharding.Mesh`` to split the trials over (N a multiple of its size).
+      options: :class:`rdr_jax.angles.options.EstimateOptions` (``sketch``, ``method``,
+        ``mesh``; default: Gaussian, ``"auto"``, no mesh).
 
     Returns:
       :class:`Estimate`.
@@ -197,9 +196,10 @@ def unbiased_estimate(key: Any, s: Any, k: int, l: int, power_iters: int, *,
                     high_desc=f"r - k = {r} - {k}, so that W2 has full column rank")
     q = V.check_int("power_iters", power_iters, low=0)
     num_trials = V.check_int("num_trials", num_trials, low=1)
-    if method not in ("auto", "qr", "cholesky"):
-        raise ValueError(f"method must be 'auto', 'qr' or 'cholesky'; got {method!r}")
-    sk = check_sketch(sketch)
+    if not isinstance(options, EstimateOptions):
+        raise TypeError(f"options must be an EstimateOptions; got {type(options).__name__}")
+    method, mesh = options.method, options.mesh
+    sk = check_sketch(options.sketch)
     if method == "auto" and not (s.dtype == jnp.float64 and 2 * l <= r - k):
         method = "qr"
     p = 2 * q + (1 if subspace == "left" else 2)

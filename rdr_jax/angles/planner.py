@@ -10,8 +10,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rdr_jax._src import validation as V
-from rdr_jax.angles._common import (check_constants, check_positive_float,
-                                    check_subspace, spectrum_values, thm31_log_bound)
+from rdr_jax.angles._common import (check_positive_float,
+                                    spectrum_values, thm31_log_bound)
+from rdr_jax.angles.options import PlanOptions
 
 __all__ = ["phi_gamma", "plan_budget", "BudgetPlan"]
 
@@ -84,34 +85,31 @@ def _plan_table(k, budget, s, gamma, subspace, reduce, constants="thesis"):
             np.array(bounds).reshape(len(qs), k), np.array(log_phis))
 
 
-def _check_planner_args(k, budget, gamma, subspace, reduce, constants):
-    check_constants(constants)
+def _check_planner_args(k, budget, gamma, options):
+    if not isinstance(options, PlanOptions):
+        raise TypeError(f"options must be a PlanOptions; got {type(options).__name__}")
     k = V.check_int("k", k, low=1)
     budget = V.check_int("matvec_budget", budget, low=1)
     gamma = check_positive_float("gamma", gamma)
-    check_subspace(subspace)
-    if reduce not in ("mean", "max"):
-        raise ValueError(f"reduce must be 'mean' or 'max'; got {reduce!r}")
-    return k, budget, gamma
+    return k, budget, gamma, options.subspace, options.reduce, options.constants
 
 
 def phi_gamma(power_iters: int, k: int, matvec_budget: int, *, spectrum: Any = None,
               gap: Any = None, r: int | None = None, gamma: float = 1.0,
-              subspace: str = "left", reduce: str = "mean", constants: str = "thesis") -> float:
+              options: PlanOptions = PlanOptions()) -> float:
     """The planner's criterion ``phi_gamma(q)``: the Thm 3.1 upper bound at
     ``l = floor(N / (2q + 1))`` with ``eps1 = gamma sqrt(k/l)``, ``eps2 = gamma sqrt(l/(r-k))``,
     reduced over i by ``reduce``. Thesis Eq. (3.24).
 
     Args:
       power_iters: q, ``>= 0``.
-      k, matvec_budget, spectrum, gap, r, gamma, subspace, reduce, constants: as for
-        :func:`plan_budget`.
+      k, matvec_budget, spectrum, gap, r, gamma, options: as for :func:`plan_budget`.
 
     Returns:
       The criterion (float; NaN for an inadmissible q, 0.0 below float64's range).
     """
-    k, matvec_budget, gamma = _check_planner_args(k, matvec_budget, gamma, subspace, reduce,
-                                                  constants)
+    k, matvec_budget, gamma, subspace, reduce, constants = _check_planner_args(
+        k, matvec_budget, gamma, options)
     q = V.check_int("power_iters", power_iters, low=0)
     s = _planner_spectrum(k, spectrum, gap, r)
     qs, _, phis, _, _ = _plan_table(k, matvec_budget, s, gamma, subspace, reduce, constants)
@@ -120,8 +118,8 @@ def phi_gamma(power_iters: int, k: int, matvec_budget: int, *, spectrum: Any = N
 
 
 def plan_budget(k: int, matvec_budget: int, *, spectrum: Any = None, gap: Any = None,
-                r: int | None = None, gamma: float = 1.0, subspace: str = "left",
-                reduce: str = "mean", constants: str = "thesis") -> BudgetPlan:
+                r: int | None = None, gamma: float = 1.0,
+                options: PlanOptions = PlanOptions()) -> BudgetPlan:
     """Recommend ``(l, power_iters)`` for a budget of N products with A: the admissible
     ``l = floor(N / (2q + 1))`` (``gamma^2 k <= l``, ``k < l < r``) that minimises
     :func:`phi_gamma`. With a small gap oversampling wins, with a large one power
@@ -135,10 +133,8 @@ def plan_budget(k: int, matvec_budget: int, *, spectrum: Any = None, gap: Any = 
       spectrum: the singular values (length r), or
       gap: ``sigma_1/sigma_{k+1}`` of a step spectrum, with ``r``.
       gamma: oversampling constant of ``eps1``, ``eps2`` and of the admissible l.
-      subspace: ``"left"`` (U, exponent 4q+2) or ``"right"`` (V, 4q+4).
-      reduce: ``"mean"`` or ``"max"`` over the k bounds of a general spectrum.
-      constants: ``"thesis"`` or ``"calibrated"`` (see
-        :func:`rdr_jax.angles.space_agnostic_bound`).
+      options: :class:`rdr_jax.angles.options.PlanOptions` (``subspace``, ``reduce``,
+        ``constants``; default ``"left"``, ``"mean"``, ``"thesis"``).
 
     Returns:
       :class:`BudgetPlan`.
@@ -150,8 +146,8 @@ def plan_budget(k: int, matvec_budget: int, *, spectrum: Any = None, gap: Any = 
       >>> plan_budget(10, 16 * 10, gap=1.5, r=330, gamma=1.05).power_iters
       6
     """
-    k, matvec_budget, gamma = _check_planner_args(k, matvec_budget, gamma, subspace, reduce,
-                                                  constants)
+    k, matvec_budget, gamma, subspace, reduce, constants = _check_planner_args(
+        k, matvec_budget, gamma, options)
     s = _planner_spectrum(k, spectrum, gap, r)
     qs, ls, phis, bounds, log_phis = _plan_table(k, matvec_budget, s, gamma, subspace, reduce,
                                                  constants)

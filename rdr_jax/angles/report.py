@@ -9,10 +9,11 @@ import jax
 from jaxtyping import Array, Float
 
 from rdr_jax._src import validation as V
-from rdr_jax.angles._common import (SUBSPACES, check_constants, check_sketch,
+from rdr_jax.angles._common import (SUBSPACES, check_sketch,
                                     check_spectrum, svd_parts)
 from rdr_jax.angles.estimator import Estimate, padded_spectrum, unbiased_estimate
 from rdr_jax.angles.exact import TrueAngles, exact_svd, true_angles
+from rdr_jax.angles.options import ReportOptions
 from rdr_jax.angles.posterior import (ResidualBound, Residuals, SeparateGapBounds, gap_bounds,
                                       posterior_residuals, residual_bound)
 from rdr_jax.angles.prior import rsvd_omega, saibaba_bound, space_agnostic_bound
@@ -58,10 +59,8 @@ class AngleReport(NamedTuple):
 
 
 def angle_report(key: Any, A: Any, k: int, l: int, power_iters: int, *,
-                 true_svd: Any = None, num_trials: int = 3, eps: float = 1.0,
-                 lower_eps: float = 2.0, sketch: Any = "gaussian", stable: bool = True,
-                 residual: str = "auto", estimate_options: dict | None = None,
-                 constants: str = "thesis") -> AngleReport:
+                 true_svd: Any = None, num_trials: int = 3,
+                 options: ReportOptions = ReportOptions()) -> AngleReport:
     """Run a rank-l rSVD of A and compute every Chapter 3 quantity for both subspaces and
     both spectra: Thm 3.1 upper (``eps``) and lower (``lower_eps``) bounds, the Prop 3.2
     estimate, Thms 3.3 and 3.4, Saibaba's Thm 1 with the rSVD's own Omega, and the true
@@ -76,11 +75,10 @@ def angle_report(key: Any, A: Any, k: int, l: int, power_iters: int, *,
       true_svd: ``(U, s, Vt)`` of A truncated to its rank r (default
         :func:`rdr_jax.angles.exact_svd`).
       num_trials: estimator trials N.
-      eps, lower_eps: the thesis' constants of the upper and lower Thm 3.1 bounds.
-      sketch, stable: passed to :func:`rdr_jax.rsvd`.
-      residual: see :func:`rdr_jax.angles.posterior_residuals`.
-      estimate_options: extra keyword arguments of :func:`rdr_jax.angles.unbiased_estimate`.
-      constants: ``"thesis"`` or ``"calibrated"`` (then leave ``eps``, ``lower_eps`` alone).
+      options: :class:`rdr_jax.angles.options.ReportOptions`: ``eps``, ``lower_eps`` (the
+        thesis' constants of the upper and lower Thm 3.1 bounds), ``sketch``, ``stable``
+        (for :func:`rdr_jax.rsvd`), ``residual``, ``estimate`` (an
+        :class:`~rdr_jax.angles.options.EstimateOptions`) and ``constants``.
 
     Returns:
       :class:`AngleReport`.
@@ -91,7 +89,9 @@ def angle_report(key: Any, A: Any, k: int, l: int, power_iters: int, *,
     k = V.check_int("k", k, low=1)
     l = V.check_int("l", l, low=k + 1, high=min(m, n), high_desc=f"min(m, n) for A {(m, n)}")
     q = V.check_int("power_iters", power_iters, low=0)
-    sk = check_sketch(sketch)
+    if not isinstance(options, ReportOptions):
+        raise TypeError(f"options must be a ReportOptions; got {type(options).__name__}")
+    sk = check_sketch(options.sketch)
     tsvd = exact_svd(op) if true_svd is None else true_svd
     Ut, s_true, Vtt = svd_parts("true_svd", tsvd)
     if Ut.shape[0] != m or Vtt.shape[1] != n:
@@ -102,23 +102,18 @@ def angle_report(key: Any, A: Any, k: int, l: int, power_iters: int, *,
         raise ValueError(f"need l < r = rank(A) = {r}; got l = {l}")
     if l > r - k:
         raise ValueError(f"need l <= r - k = {r - k} (r = rank(A) = {r}) for the estimator")
-    constants = check_constants(constants)
-    if constants == "calibrated":
-        if (eps, lower_eps) != (1.0, 2.0):
-            raise ValueError(f"eps and lower_eps scale the thesis' constants only; with "
-                             f"constants='calibrated' leave them at 1.0 and 2.0, got "
-                             f"eps = {eps!r}, lower_eps = {lower_eps!r}")
+    eps, lower_eps, constants = options.eps, options.lower_eps, options.constants
+    if constants == "calibrated":      # ReportOptions checked eps = 1.0, lower_eps = 2.0
         eps = lower_eps = 1.0
     k_svd, k_est, k_est_hat, k_norm = jax.random.split(key, 4)
-    svd = rsvd(k_svd, op, l, oversample=0, power_iters=q, sketch=sk, stable=stable)
+    svd = rsvd(k_svd, op, l, oversample=0, power_iters=q, sketch=sk, stable=options.stable)
     rdt = svd.s.dtype
     s_true = s_true.astype(rdt)
     s_hat = padded_spectrum(svd.s, r)
     true = true_angles(RSVD(Ut, s_true, Vtt), svd, k)
-    res = posterior_residuals(op, svd, k, residual=residual, key=k_norm)
+    res = posterior_residuals(op, svd, k, residual=options.residual, key=k_norm)
     Omega = rsvd_omega(k_svd, op, l, sketch=sk)
     Vr = Vtt.conj().T
-    est_opts = dict(estimate_options or {})
 
     def spectrum_bounds(s, kest):
         gb = gap_bounds(res, s)
@@ -130,7 +125,7 @@ def angle_report(key: Any, A: Any, k: int, l: int, power_iters: int, *,
                 prior_lower=space_agnostic_bound(s, k, l, q, subspace=sub, eps=lower_eps,
                                                  lower=True, constants=constants),
                 estimate=unbiased_estimate(kest, s, k, l, q, subspace=sub,
-                                           num_trials=num_trials, **est_opts),
+                                           num_trials=num_trials, options=options.estimate),
                 residual=residual_bound(res, s, subspace=sub),
                 gap=(gb.Uk_Ul if sub == "left" else gb.Vk_Vl).anglewise,
                 saibaba=saibaba_bound(s, k, q, Vr, Omega, subspace=sub),
