@@ -143,19 +143,19 @@ def main(argv=None):
 
 def make_cell(args, alpha: int):
     """jit(vmap over seeds) of one (alpha, d_aug) cell; d_aug is traced (no recompilation)."""
-    fit = dict(width=args.width, steps=args.steps, learning_rate=args.lr)
+    shape = T.DataShape(n=args.n, d=args.d, q=args.q, d_causal=args.d_causal, alpha=alpha,
+                        n_test=args.n_test)
 
     def one(key, d_aug):
         kd, ki = jax.random.split(key)
-        data = T.make_data(kd, n=args.n, d=args.d, q=args.q, d_causal=args.d_causal,
-                           alpha=alpha, d_aug=d_aug, sigma=args.sigma, n_test=args.n_test,
-                           aug_scale=args.aug_scale)
+        data = T.make_data(kd, shape, d_aug=d_aug, sigma=args.sigma, aug_scale=args.aug_scale)
         c_w = jnp.sum(jnp.abs(data.teacher.w))           # C_w = ||w*||_1
-        fits = {"da_erm": T.fit_da_erm(ki, data.X, data.y, data.X_aug, c_w=c_w, **fit),
-                "dac": T.fit_dac(ki, data.X, data.y, data.X_aug, c_w=c_w, **fit)}
+        fit = T.FitOptions(width=args.width, steps=args.steps, learning_rate=args.lr, c_w=c_w)
+        fits = {"da_erm": T.fit_da_erm(ki, data.X, data.y, data.X_aug, options=fit),
+                "dac": T.fit_dac(ki, data.X, data.y, data.X_aug, options=fit)}
         if args.soft_lam is not None:
             fits["dac_soft"] = T.fit_dac(ki, data.X, data.y, data.X_aug, lam=args.soft_lam,
-                                         c_w=c_w, **fit)
+                                         options=fit)
         sub = T.augmentation_subspace(data.X, data.X_aug)
         out = {"rank": sub.rank, "c_null": T.c_null(data.X, sub.P_null),
                "dac_leak": jnp.max(jnp.abs(sub.P_range @ fits["dac"].params.B))}

@@ -1331,7 +1331,7 @@ def main(argv=None):
             lab, unl = D.sample_labeled_subset(tr.labels, int(rc.labels_per_class), seed=s,
                                                num_unlabeled=int(rc.num_unlabeled))
             t0 = time.perf_counter()
-            res = deep.train(rc, tr.images[lab], tr.labels[lab], test_x, test_y,
+            res = deep.train(rc, (tr.images[lab], tr.labels[lab]), test=(test_x, test_y),
                              unlabeled_images=tr.images[unl] if unl.size else None,
                              workdir=wd, progress=not args.no_progress,
                              to_float=D.uint8_to_float)

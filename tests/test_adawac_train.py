@@ -102,6 +102,13 @@ def test_bad_config_reaches_train(tiny_data):
         train(_tiny_config(lam=-2.0), tiny_data.train)
     with pytest.raises(ValueError, match="unknown method"):
         train(_tiny_config(method="mixup"), tiny_data.train)
+    # 0.3: the mesh comes from config.num_devices (0 or absent: all), as for DAC
+    with pytest.raises(ValueError, match="num_devices must be >= 0"):
+        train(_tiny_config(num_devices=-1), tiny_data.train)
+    with pytest.raises(ValueError, match="num_devices must be <= "):
+        train(_tiny_config(num_devices=10**6), tiny_data.train)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'devices'"):
+        train(_tiny_config(), tiny_data.train, devices=jax.devices())
 
 
 def test_method_registry_forces():

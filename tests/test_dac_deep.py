@@ -204,11 +204,16 @@ def test_bad_lambda_and_alpha_raise(rng):
     x = np.zeros((16, 8, 8, 1), np.float32)
     yy = np.arange(16) % 4
     with pytest.raises(ValueError, match="lam"):
-        deep.train(_tiny_cfg(lam=-0.5), x, yy, progress=False)
+        deep.train(_tiny_cfg(lam=-0.5), (x, yy), progress=False)
     with pytest.raises(ValueError, match="alpha"):
-        deep.train(_tiny_cfg(alpha=0), x, yy, progress=False)
+        deep.train(_tiny_cfg(alpha=0), (x, yy), progress=False)
     with pytest.raises(ValueError, match="method"):
-        deep.train(_tiny_cfg(method="erm"), x, yy, progress=False)
+        deep.train(_tiny_cfg(method="erm"), (x, yy), progress=False)
+    # 0.3: the arrays come as pairs, as for train_runs
+    with pytest.raises(TypeError, match=r"data must be a pair \(images, labels\)"):
+        deep.train(_tiny_cfg(), x, progress=False)
+    with pytest.raises(TypeError, match="test must be a pair.*of length 3"):
+        deep.train(_tiny_cfg(), (x, yy), test=(x, yy, yy), progress=False)
     with pytest.raises(ValueError, match="reduction"):
         deep.dac_loss(lo, la, y, 1.0, reduction="max")
 
@@ -363,13 +368,13 @@ def _leaves_equal(a, b):
 def test_train_kill_and_resume_is_bitwise_identical(tmp_path):
     x, y = _digits_like()
     cfg = _tiny_cfg()
-    straight = deep.train(cfg, x, y, x, y, progress=False)
+    straight = deep.train(cfg, (x, y), test=(x, y), progress=False)
     n_cached = len(deep._JIT_CACHE)
     # run half-way and "kill": drop every object, keep only the checkpoint directory
-    half = deep.train(cfg, x, y, x, y, workdir=tmp_path, stop_after=3, progress=False)
+    half = deep.train(cfg, (x, y), test=(x, y), workdir=tmp_path, stop_after=3, progress=False)
     assert int(half.state.step) == 3 and half.test is None and half.resumed_from is None
     del half
-    resumed = deep.train(cfg, x, y, x, y, workdir=tmp_path, progress=False)
+    resumed = deep.train(cfg, (x, y), test=(x, y), workdir=tmp_path, progress=False)
     assert resumed.resumed_from == 3 and int(resumed.state.step) == 6
     for f in ("params", "model_state", "opt_state"):
         assert _leaves_equal(getattr(straight.state, f), getattr(resumed.state, f)), f
@@ -384,11 +389,11 @@ def test_train_kill_and_resume_is_bitwise_identical(tmp_path):
                                                    deep.make_optimizer())
     assert not _leaves_equal(init_state.model_state, straight.state.model_state)
     # a finished run resumes to itself without training
-    again = deep.train(cfg, x, y, x, y, workdir=tmp_path, progress=False)
+    again = deep.train(cfg, (x, y), test=(x, y), workdir=tmp_path, progress=False)
     assert again.resumed_from == 6 and _leaves_equal(again.state.params, resumed.state.params)
     # one compilation served all of it, and DA-ERM / another lambda reuse it (traced flags)
-    erm = deep.train(_tiny_cfg(method="da_erm", lam=0.0), x, y, x, y, progress=False)
-    other = deep.train(_tiny_cfg(lam=7.0), x, y, progress=False)
+    erm = deep.train(_tiny_cfg(method="da_erm", lam=0.0), (x, y), test=(x, y), progress=False)
+    other = deep.train(_tiny_cfg(lam=7.0), (x, y), progress=False)
     assert len(deep._JIT_CACHE) == n_cached
     step = next(v[0] for v in deep._JIT_CACHE.values())
     layout = (x[:8], y[:8].astype(np.int32), np.float32(1.0), np.bool_(True))
@@ -401,7 +406,7 @@ def test_train_kill_and_resume_is_bitwise_identical(tmp_path):
 def test_train_step_learns_and_eval_mode_uses_running_stats():
     """A few dozen DAC steps on a trivially learnable problem fit the training set."""
     x, y = _digits_like(seed=3)
-    res = deep.train(_tiny_cfg(total_steps=40, log_every=10, lam=1.0), x, y, x, y,
+    res = deep.train(_tiny_cfg(total_steps=40, log_every=10, lam=1.0), (x, y), test=(x, y),
                      progress=False)
     assert len(res.history) >= 2
     assert res.history[-1]["loss"] < res.history[0]["loss"]
@@ -520,12 +525,12 @@ def test_fixmatch_evaluates_the_weight_average():
     cfg = _tiny_cfg(method="fixmatch_dac", total_steps=3, mu=2, ema_decay=0.9,
                     strong_cutout=0.5, weak_augment_originals=True)
     unl = np.ascontiguousarray(x[::-1])
-    res = deep.train(cfg, x, y, x, y, unlabeled_images=unl, progress=False)
+    res = deep.train(cfg, (x, y), test=(x, y), unlabeled_images=unl, progress=False)
     st = res.state
     assert isinstance(st.opt_state, training.ParamEmaState)
     assert {"unlabeled_loss", "mask_rate", "lr"} <= set(res.history[-1])
     # the average after one step: 0.9 theta_0 + 0.1 theta_1 (reference ModelEMA, decay d)
-    one = deep.train(cfg, x, y, unlabeled_images=unl, stop_after=1, progress=False).state
+    one = deep.train(cfg, (x, y), unlabeled_images=unl, stop_after=1, progress=False).state
     _, init = deep.init_train_state(deep.build_model(cfg["model"], seed=0),
                                     deep.make_optimizer())
     for e, p0, p1 in zip(*(jax.tree.leaves(t) for t in (one.ema_params, init.params,

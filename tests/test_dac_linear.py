@@ -226,7 +226,7 @@ def test_example_misspec_optimal_lambda_stable_and_beats_erm():
             assert float(opt.risk) <= float(jnp.min(opt.risks)) + 1e-15
             lams.append(lam)
             mc = L.monte_carlo_risks(jax.random.key(50 + seed), X, Xa, th, SIGMA_MIS, 2000,
-                                     lam=lam, risk="original")
+                                     lam=lam, options=L.MonteCarloOptions(risk="original"))
             # Monte Carlo agrees with the exact risk, and DAC at its best lambda beats DA-ERM
             assert abs(float(mc.dac.mean) / float(opt.risk) - 1) < 0.05
             assert abs(float(mc.da_erm.mean) / float(opt.erm_risk) - 1) < 0.05
@@ -330,7 +330,11 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="num_draws must be >= 2"):
         L.monte_carlo_risks(jax.random.key(0), X, Xa, jnp.ones(3), 1.0, 1)
     with pytest.raises(ValueError, match="risk must be"):
-        L.monte_carlo_risks(jax.random.key(0), X, Xa, jnp.ones(3), 1.0, 10, risk="test")
+        L.MonteCarloOptions(risk="test")
+    with pytest.raises(ValueError, match="rtol must be"):
+        L.MonteCarloOptions(rtol=-1.0)
+    with pytest.raises(TypeError, match="options must be a MonteCarloOptions"):
+        L.monte_carlo_risks(jax.random.key(0), X, Xa, jnp.ones(3), 1.0, 10, options="original")
     with pytest.raises(ValueError, match="lams must be an increasing"):
         L.optimal_lambda(X, Xa, jnp.ones(3), 1.0, lams=[1.0, 0.5])
     with pytest.raises(ValueError, match="d_c1 must be >= 5"):

@@ -19,6 +19,12 @@ from rdr_jax.dac import two_layer as T
 # one shared small problem (every test uses these shapes, so the XLA compilations are reused)
 CFG = dict(n=50, d=12, q=2, d_causal=3, alpha=2, d_aug=9, sigma=0.5, n_test=200)
 FIT = dict(width=4, steps=150, learning_rate=2e-2, c_w=2.0)
+TWO = T.FitOptions(steps=2)
+
+
+def _make_data(key, *, n, d, q, d_causal, alpha, n_test, **kw):
+    """make_data with the sizes spelled as keywords (0.3: the sizes are a DataShape)."""
+    return T.make_data(key, T.DataShape(n, d, q, d_causal, alpha, n_test), **kw)
 
 
 def _tol(dtype):
@@ -37,7 +43,7 @@ def _np(x):
 # data
 # --------------------------------------------------------------------------------------
 def test_make_data_shapes_dtypes_and_label_invariance(dtype):
-    data = T.make_data(jax.random.key(0), **CFG)
+    data = _make_data(jax.random.key(0), **CFG)
     n, d, a = CFG["n"], CFG["d"], CFG["alpha"]
     assert data.X.shape == (n, d) and data.y.shape == (n,) and data.f_X.shape == (n,)
     assert data.X_aug.shape == (a, n, d)
@@ -77,7 +83,7 @@ def test_augment_traced_d_aug_under_vmap():
 # objectives vs numpy
 # --------------------------------------------------------------------------------------
 def test_losses_match_numpy_under_jit_and_vmap(dtype):
-    data = T.make_data(jax.random.key(3), **CFG)
+    data = _make_data(jax.random.key(3), **CFG)
     X, y, Xa = _np(data.X), _np(data.y), _np(data.X_aug)
     keys = jax.random.split(jax.random.key(4), 3)
     params = jax.vmap(lambda k: T.init_params(k, CFG["d"], 5))(keys)
@@ -124,7 +130,7 @@ def test_project_l1_ball_matches_bisection(dtype):
 
 
 def test_project_params_unit_columns_in_null_space(dtype):
-    data = T.make_data(jax.random.key(5), **CFG)
+    data = _make_data(jax.random.key(5), **CFG)
     sub = T.augmentation_subspace(data.X, data.X_aug)
     p = T.TwoLayerParams(
         jnp.asarray(np.random.default_rng(6).standard_normal((CFG["d"], 6)), dtype),
@@ -146,7 +152,7 @@ def test_project_params_unit_columns_in_null_space(dtype):
 @pytest.mark.parametrize("d_aug", [9, 0, 4])
 def test_augmentation_subspace_matches_scipy(dtype, d_aug):
     cfg = dict(CFG, d_aug=d_aug)
-    data = T.make_data(jax.random.key(7), **cfg)
+    data = _make_data(jax.random.key(7), **cfg)
     sub = jax.jit(T.augmentation_subspace)(data.X, data.X_aug)
     D = (_np(data.X_aug) - _np(data.X)[None]).reshape(-1, CFG["d"])
     Nl = scipy.linalg.null_space(D, rcond=1e-5)
@@ -163,7 +169,7 @@ def test_augmentation_subspace_matches_scipy(dtype, d_aug):
 
 def test_augmentation_subspace_rank_is_measured_not_assumed():
     """3 perturbed rows of Delta (in all 9 environment coordinates): rank(Delta) = 3 < 9."""
-    data = T.make_data(jax.random.key(8), **CFG)
+    data = _make_data(jax.random.key(8), **CFG)
     Xa = np.repeat(_np(data.X)[None], CFG["alpha"], axis=0)
     Xa[0, :3, 3:] += np.random.default_rng(1).standard_normal((3, 9))
     sub = T.augmentation_subspace(data.X, jnp.asarray(Xa, data.X.dtype))
@@ -175,7 +181,7 @@ def test_augmentation_subspace_rank_is_measured_not_assumed():
 # --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("method,lam", [("da_erm", None), ("dac", None), ("dac", 0.5)])
 def test_one_jitted_step_decreases_loss(dtype, method, lam):
-    data = T.make_data(jax.random.key(10), **CFG)
+    data = _make_data(jax.random.key(10), **CFG)
     sub = T.augmentation_subspace(data.X, data.X_aug)
     hard = method == "dac" and lam is None
     p0 = T.init_params(jax.random.key(11), CFG["d"], 4, P_null=sub.P_null if hard else None,
@@ -197,9 +203,9 @@ def test_one_jitted_step_decreases_loss(dtype, method, lam):
 def test_fit_dac_first_layer_is_invariant(dtype):
     """Lemma lemma:2layer-relu-input-consistency-exclude-spurious: hard DAC learns B with
     P_range B = 0, so phi(A(x)) = phi(x) for every x, checked against scipy's null space."""
-    data = T.make_data(jax.random.key(12), **CFG)
-    res = T.fit_dac(jax.random.key(13), data.X, data.y, data.X_aug, **FIT)
-    erm = T.fit_da_erm(jax.random.key(13), data.X, data.y, data.X_aug, **FIT)
+    data = _make_data(jax.random.key(12), **CFG)
+    res = T.fit_dac(jax.random.key(13), data.X, data.y, data.X_aug, options=T.FitOptions(**FIT))
+    erm = T.fit_da_erm(jax.random.key(13), data.X, data.y, data.X_aug, options=T.FitOptions(**FIT))
     assert res.losses.shape == (FIT["steps"],) and res.losses.dtype == dtype
     assert float(res.losses[-1]) < float(res.losses[0])
     B = _np(res.params.B)
@@ -222,10 +228,10 @@ def test_fit_dac_first_layer_is_invariant(dtype):
 
 
 def test_fit_soft_dac_large_lam_approaches_invariance():
-    data = T.make_data(jax.random.key(14), **CFG)
+    data = _make_data(jax.random.key(14), **CFG)
     sub = T.augmentation_subspace(data.X, data.X_aug)
-    soft = T.fit_dac(jax.random.key(15), data.X, data.y, data.X_aug, lam=100.0, **FIT)
-    zero = T.fit_dac(jax.random.key(15), data.X, data.y, data.X_aug, lam=0.0, **FIT)
+    soft = T.fit_dac(jax.random.key(15), data.X, data.y, data.X_aug, lam=100.0, options=T.FitOptions(**FIT))
+    zero = T.fit_dac(jax.random.key(15), data.X, data.y, data.X_aug, lam=0.0, options=T.FitOptions(**FIT))
     leak = lambda p: float(jnp.linalg.norm(sub.P_range @ p.B))  # noqa: E731
     pen = lambda p: float(T.consistency_penalty(p, data.X, data.X_aug))  # noqa: E731
     assert pen(soft.params) < 0.05 * pen(zero.params)
@@ -235,10 +241,10 @@ def test_fit_soft_dac_large_lam_approaches_invariance():
 def test_d_aug_zero_dac_equals_da_erm(dtype):
     """With d_aug = 0 the augmentations are copies: DA-ERM, hard DAC and soft DAC all reduce
     to ERM on the originals and train to the same network from the same key."""
-    data = T.make_data(jax.random.key(16), **dict(CFG, d_aug=0))
-    fits = [T.fit_da_erm(jax.random.key(17), data.X, data.y, data.X_aug, **FIT),
-            T.fit_dac(jax.random.key(17), data.X, data.y, data.X_aug, **FIT),
-            T.fit_dac(jax.random.key(17), data.X, data.y, data.X_aug, lam=3.0, **FIT)]
+    data = _make_data(jax.random.key(16), **dict(CFG, d_aug=0))
+    fits = [T.fit_da_erm(jax.random.key(17), data.X, data.y, data.X_aug, options=T.FitOptions(**FIT)),
+            T.fit_dac(jax.random.key(17), data.X, data.y, data.X_aug, options=T.FitOptions(**FIT)),
+            T.fit_dac(jax.random.key(17), data.X, data.y, data.X_aug, lam=3.0, options=T.FitOptions(**FIT))]
     tol = 1e-3 if dtype == np.float32 else 1e-8
     for f in fits[1:]:
         np.testing.assert_allclose(_np(f.params.B), _np(fits[0].params.B), atol=tol)
@@ -246,14 +252,14 @@ def test_d_aug_zero_dac_equals_da_erm(dtype):
 
 
 def test_fit_does_not_retrace():
-    data = T.make_data(jax.random.key(18), **CFG)
-    T.fit_dac(jax.random.key(0), data.X, data.y, data.X_aug, **FIT)
+    data = _make_data(jax.random.key(18), **CFG)
+    T.fit_dac(jax.random.key(0), data.X, data.y, data.X_aug, options=T.FitOptions(**FIT))
     n = T._fit._cache_size()
     y2 = np.asarray(data.y) + np.float32(0.1)
-    T.fit_dac(jax.random.key(1), data.X, y2, data.X_aug, **FIT)
+    T.fit_dac(jax.random.key(1), data.X, y2, data.X_aug, options=T.FitOptions(**FIT))
     Xa2 = np.array(data.X_aug)                     # other values, same shapes
     Xa2[..., -4:] += np.random.default_rng(2).standard_normal(Xa2[..., -4:].shape)
-    T.fit_dac(jax.random.key(1), data.X, y2, Xa2.astype(np.float32), **FIT)
+    T.fit_dac(jax.random.key(1), data.X, y2, Xa2.astype(np.float32), options=T.FitOptions(**FIT))
     assert T._fit._cache_size() == n
 
 
@@ -265,9 +271,9 @@ def test_dac_beats_da_erm_over_seeds():
 
     def one(key):
         kd, ki = jax.random.split(key)
-        data = T.make_data(kd, **CFG)
-        e = T.fit_da_erm(ki, data.X, data.y, data.X_aug, **FIT)
-        c = T.fit_dac(ki, data.X, data.y, data.X_aug, **FIT)
+        data = _make_data(kd, **CFG)
+        e = T.fit_da_erm(ki, data.X, data.y, data.X_aug, options=T.FitOptions(**FIT))
+        c = T.fit_dac(ki, data.X, data.y, data.X_aug, options=T.FitOptions(**FIT))
         return (T.excess_risk(e.params, data.X_test, data.f_test),
                 T.excess_risk(c.params, data.X_test, data.f_test), c.params.B)
 
@@ -278,8 +284,8 @@ def test_dac_beats_da_erm_over_seeds():
     assert np.mean(dac) < 0.75 * np.mean(erm), (erm.mean(), dac.mean())
     # vmap over seeds trains each seed as an unbatched call would
     kd, ki = jax.random.split(keys[3])
-    data = T.make_data(kd, **CFG)
-    one_B = T.fit_dac(ki, data.X, data.y, data.X_aug, **FIT).params.B
+    data = _make_data(kd, **CFG)
+    one_B = T.fit_dac(ki, data.X, data.y, data.X_aug, options=T.FitOptions(**FIT)).params.B
     np.testing.assert_allclose(B[3], np.asarray(one_B), atol=2e-3)
 
 
@@ -305,14 +311,14 @@ def small():
 def test_bad_X_aug(small, fit, bad, match):
     X, y, Xa = small
     with pytest.raises(ValueError, match=match):
-        fit(jax.random.key(0), X, y, bad(X, Xa), steps=2)
+        fit(jax.random.key(0), X, y, bad(X, Xa), options=TWO)
 
 
 @pytest.mark.parametrize("lam", [-1.0, -1e-9, float("nan"), float("inf")])
 def test_bad_lam(small, lam):
     X, y, Xa = small
     with pytest.raises(ValueError, match="lam must be a finite number >= 0"):
-        T.fit_dac(jax.random.key(0), X, y, Xa, lam=lam, steps=2)
+        T.fit_dac(jax.random.key(0), X, y, Xa, lam=lam, options=TWO)
     with pytest.raises(ValueError, match="lam must be a finite number >= 0"):
         T.make_train_step(optax.sgd(0.1), "dac", lam=lam)
 
@@ -321,21 +327,21 @@ def test_bad_lam(small, lam):
 def test_bad_width_and_other_sizes(small, fit):
     X, y, Xa = small
     with pytest.raises(ValueError, match="width must be >= 1"):
-        fit(jax.random.key(0), X, y, Xa, width=0, steps=2)
+        T.FitOptions(width=0, steps=2)
     with pytest.raises(TypeError, match="width must be a Python int"):
-        fit(jax.random.key(0), X, y, Xa, width=2.0, steps=2)
+        T.FitOptions(width=2.0, steps=2)
     with pytest.raises(ValueError, match="steps must be >= 1"):
-        fit(jax.random.key(0), X, y, Xa, steps=0)
+        T.FitOptions(steps=0)
     with pytest.raises(ValueError, match=r"y must have shape \(N,\) = \(6,\)"):
-        fit(jax.random.key(0), X, y[:5], Xa, steps=2)
+        fit(jax.random.key(0), X, y[:5], Xa, options=TWO)
     with pytest.raises(ValueError, match=r"X must be 2-D"):
-        fit(jax.random.key(0), X[0], y, Xa, steps=2)
+        fit(jax.random.key(0), X[0], y, Xa, options=TWO)
     with pytest.raises(TypeError, match="X must be a float32/float64 array"):
-        fit(jax.random.key(0), np.ones((6, 4), np.int32), y, Xa, steps=2)
+        fit(jax.random.key(0), np.ones((6, 4), np.int32), y, Xa, options=TWO)
     with pytest.raises(ValueError, match="c_w must be a finite number > 0"):
-        fit(jax.random.key(0), X, y, Xa, c_w=-1.0, steps=2)
+        T.FitOptions(c_w=-1.0, steps=2)
     with pytest.raises(TypeError, match="PRNG key"):
-        fit(0, X, y, Xa, steps=2)
+        fit(0, X, y, Xa, options=TWO)
     with pytest.raises(ValueError, match="width must be >= 1"):
         T.init_params(jax.random.key(0), 4, 0)
 
@@ -347,13 +353,13 @@ def test_bad_augment_and_data_args(small):
     with pytest.raises(ValueError, match=r"d_aug must be in \[0, d\] = \[0, 4\]"):
         T.augment(jax.random.key(0), X, 1, 5)
     with pytest.raises(ValueError, match=r"d_aug must be in \[0, d - d_causal\] = \[0, 2\]"):
-        T.make_data(jax.random.key(0), n=5, d=4, q=1, d_causal=2, alpha=1, d_aug=3, sigma=0.1,
+        _make_data(jax.random.key(0), n=5, d=4, q=1, d_causal=2, alpha=1, d_aug=3, sigma=0.1,
                     n_test=3)
     with pytest.raises(ValueError, match="alpha must be >= 1"):
-        T.make_data(jax.random.key(0), n=5, d=4, q=1, d_causal=2, alpha=0, d_aug=1, sigma=0.1,
+        _make_data(jax.random.key(0), n=5, d=4, q=1, d_causal=2, alpha=0, d_aug=1, sigma=0.1,
                     n_test=3)
     with pytest.raises(ValueError, match="sigma must be a finite number >= 0"):
-        T.make_data(jax.random.key(0), n=5, d=4, q=1, d_causal=2, alpha=1, d_aug=1,
+        _make_data(jax.random.key(0), n=5, d=4, q=1, d_causal=2, alpha=1, d_aug=1,
                     sigma=-0.1, n_test=3)
     with pytest.raises(ValueError, match="method must be one of"):
         T.make_train_step(optax.sgd(0.1), "erm")
@@ -362,10 +368,35 @@ def test_bad_augment_and_data_args(small):
 
 
 def test_hard_dac_infeasible_when_all_directions_perturbed():
-    data = T.make_data(jax.random.key(22), **CFG)
+    data = _make_data(jax.random.key(22), **CFG)
     Xa = T.augment(jax.random.key(0), data.X, CFG["alpha"], CFG["d"])   # rank(Delta) = d
     with pytest.raises(ValueError, match="perturb all d = 12 directions"):
-        T.fit_dac(jax.random.key(0), data.X, data.y, Xa, **FIT)
+        T.fit_dac(jax.random.key(0), data.X, data.y, Xa, options=T.FitOptions(**FIT))
     # the soft penalty is still fine
-    res = T.fit_dac(jax.random.key(0), data.X, data.y, Xa, lam=3.0, **FIT)
+    res = T.fit_dac(jax.random.key(0), data.X, data.y, Xa, lam=3.0, options=T.FitOptions(**FIT))
     assert np.all(np.isfinite(np.asarray(res.params.B)))
+
+
+@pytest.mark.parametrize("build, err, msg", [
+    (lambda: T.DataShape(5, 4, 1, 5, 1, 3), ValueError, "d_causal must be <= 4"),
+    (lambda: T.DataShape(0, 4, 1, 2, 1, 3), ValueError, "n must be >= 1"),
+    (lambda: T.DataShape(5, 4, 0, 2, 1, 3), ValueError, "q must be >= 1"),
+    (lambda: T.DataShape(5, 4, 1, 2, 1, 3.0), TypeError, "n_test must be a Python int"),
+    (lambda: T.FitOptions(learning_rate=0.0), ValueError, "learning_rate must be a finite"),
+    (lambda: T.FitOptions(optimizer="adam"), TypeError, "optimizer must be an optax"),
+    (lambda: T.make_data(jax.random.key(0), dict(n=5), d_aug=1, sigma=0.1), TypeError,
+     "shape must be a DataShape"),
+    (lambda: T.fit_dac(jax.random.key(0), jnp.ones((6, 4)), jnp.ones(6), jnp.ones((1, 6, 4)),
+                       options={"steps": 2}), TypeError, "options must be a FitOptions"),
+])
+def test_two_layer_option_objects_reject_bad_values(build, err, msg):
+    """0.3: the sizes of make_data are a DataShape, the training settings a FitOptions; a bad
+    value fails where the object is built."""
+    with pytest.raises(err, match=msg):
+        build()
+
+
+def test_fit_options_with_an_optimizer_skip_the_learning_rate():
+    opt = optax.sgd(0.1)
+    assert T.FitOptions(learning_rate=-1.0, optimizer=opt).optimizer is opt
+    assert T.FitOptions() == T.FitOptions(8, 2000, 1e-2, None, None)

@@ -156,7 +156,7 @@ def test_dac_training_in_bfloat16_follows_float32():
         cfg.total_steps, cfg.log_every, cfg.checkpoint_every = 20, 1, 0
         cfg.augment = {"name": "shift_rotate"}   # cheaper to compile than RandAugment
         cfg.dtype = dtype
-        res = deep.train(cfg, x, y, progress=False)
+        res = deep.train(cfg, (x, y), progress=False)
         assert _dtypes(res.state.params) == {F32}
         assert _dtypes(res.state.model_state) <= {F32, np.dtype(np.uint32)}
         runs[dtype] = np.array([h["loss"] for h in res.history])
@@ -194,7 +194,7 @@ def test_bad_config_dtype_raises(bad):
     cfg.dtype = bad
     x, y = _learnable_images(8)
     with pytest.raises(ValueError, match=msg):
-        deep.train(cfg, x, y, progress=False)
+        deep.train(cfg, (x, y), progress=False)
     acfg = adawac_configs.get_config("phantom_quick")
     acfg.dtype = bad
     with pytest.raises(ValueError, match=msg):

@@ -78,7 +78,7 @@ def _deep_state(method: str):
     if method == "fixmatch_dac":
         cfg.update(mu=2, ema_decay=0.9)
         kw["unlabeled_images"] = np.ascontiguousarray(x[::-1])
-    st = deep.train(cfg, x, y, progress=False, **kw).state
+    st = deep.train(cfg, (x, y), progress=False, **kw).state
     return st.params, (st.params, st.model_state, st.opt_state)
 
 
@@ -90,10 +90,10 @@ def _two_layer_state(method: str):
                                   jnp.float32)
     key = jax.random.key(0)
     if method == "da_erm":
-        res = two_layer.fit_da_erm(key, X, y, X_aug, steps=STEPS)
+        res = two_layer.fit_da_erm(key, X, y, X_aug, options=two_layer.FitOptions(steps=STEPS))
     else:
         res = two_layer.fit_dac(key, X, y, X_aug, None if method == "dac_hard" else 1.0,
-                                steps=STEPS)
+                                options=two_layer.FitOptions(steps=STEPS))
     return res.params, (res.params, res.losses)
 
 

@@ -281,7 +281,9 @@ _DP_SCRIPT = textwrap.dedent("""
     d = phantom_cases(jax.random.key(3), 4, 8, 16, num_test_cases=0)
     c = configs.get_config("phantom_quick")
     c.batch_size = 8; c.num_steps = 4; c.model.width = 4
-    one = ada_train(c, d.train, devices=jax.devices()[:1])
+    c.num_devices = 1
+    one = ada_train(c, d.train)
+    c.num_devices = 0
     eight = ada_train(c, d.train)
     out["ada"] = {"one": one.losses, "eight": eight.losses,
                   "beta1": np.asarray(one.state.beta).tolist(),
@@ -294,8 +296,8 @@ _DP_SCRIPT = textwrap.dedent("""
            "seed": 0, "model": {"name": "small_cnn", "num_classes": 4, "in_channels": 1,
                                 "width": 4},
            "augment": {"name": "shift_rotate"}, "log_every": 1, "eval_batch_size": 12}
-    r1 = deep.train({**cfg, "num_devices": 1}, x, y, x, y, progress=False)
-    r8 = deep.train(cfg, x, y, x, y, progress=False)
+    r1 = deep.train({**cfg, "num_devices": 1}, (x, y), test=(x, y), progress=False)
+    r8 = deep.train(cfg, (x, y), test=(x, y), progress=False)
     flat = lambda r: np.concatenate([np.ravel(v) for v in jax.tree.leaves(r.state.params)])
     out["dac"] = {"one": [h["loss"] for h in r1.history], "eight": [h["loss"] for h in r8.history],
                   "p1": flat(r1).tolist(), "p8": flat(r8).tolist(),
@@ -307,7 +309,7 @@ _DP_SCRIPT = textwrap.dedent("""
     except ValueError as e:
         out["split_error"] = str(e)
     try:
-        deep.train({**cfg, "batch_size": 6}, x, y, progress=False)
+        deep.train({**cfg, "batch_size": 6}, (x, y), progress=False)
     except ValueError as e:
         out["dac_error"] = str(e)
     print(json.dumps(out))

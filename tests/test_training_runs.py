@@ -61,7 +61,7 @@ DAC_RUNS = [{"seed": 0, "lam": 1.0, "method": "dac"}, {"seed": 1, "lam": 1.0, "m
 @pytest.fixture(scope="module")
 def dac_separate():
     x, y = _dac_data()
-    return [deep.train({**DAC_CFG, **r}, x, y, x[:16], y[:16], progress=False)
+    return [deep.train({**DAC_CFG, **r}, (x, y), test=(x[:16], y[:16]), progress=False)
             for r in DAC_RUNS]
 
 

@@ -583,18 +583,28 @@ def _test_evaluator(config: Any, graph: ModelGraph, test: Optional[VolumeDataset
     return lambda s: evaluate(graph, s, test, num_classes, image_size=size, batch_size=eval_bs)
 
 
+def _config_devices(config: Any) -> Optional[list]:
+    """The first ``config.num_devices`` local devices (0 or absent: all), as in
+    :mod:`rdr_jax.dac.configs`."""
+    n = _get(config, "num_devices", 0) or 0
+    n = check_int("num_devices", n, low=0, high=len(jax.local_devices()),
+                  high_desc="the number of local devices")
+    return jax.local_devices()[:n] if n else None
+
+
 def train(config: Any, data: SliceDataset, *, test: Optional[VolumeDataset] = None,
           num_classes: int = 9, workdir: Optional[Path | str] = None,
-          stop_after: Optional[int] = None, devices: Optional[Sequence[Any]] = None,
-          progress: bool = False, history_every: Optional[int] = None) -> TrainResult:
+          stop_after: Optional[int] = None, progress: bool = False,
+          history_every: Optional[int] = None) -> TrainResult:
     """Train ``config.method`` on ``data`` (Algorithm 6 for AdaWAC) with
     :func:`rdr_jax.training.fit`.
 
     Args:
-        config: a config of :mod:`rdr_jax.adawac.configs`.
+        config: a config of :mod:`rdr_jax.adawac.configs`; ``config.num_devices`` (0 or
+            absent: all local devices) sets the data-parallel mesh, as for DAC.
         data: training slices ``(N, H, H)``. test: volumes evaluated at the end.
         num_classes: with background. workdir: checkpoints and metrics (a later call resumes).
-        stop_after: stop (and save) after this many steps. devices: the mesh (default: all).
+        stop_after: stop (and save) after this many steps.
         progress: tqdm bar. history_every: snapshot period (default: once per epoch).
 
     Returns:
@@ -604,7 +614,7 @@ def train(config: Any, data: SliceDataset, *, test: Optional[VolumeDataset] = No
         ValueError / TypeError: invalid config or data.
         FloatingPointError: a non-finite loss (the last checkpoint stays the last good one).
     """
-    mesh = make_mesh(devices)
+    mesh = make_mesh(_config_devices(config))
     setup = _setup(config, data, num_classes, mesh.size, history_every)
     st = setup.st
     graph, state, loader, tables = _seed_run(config, setup, data, num_classes, st.seed)

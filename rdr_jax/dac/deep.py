@@ -773,9 +773,8 @@ def _evaluator(config: Any, jeval: Callable, test: Optional[tuple], to_float) ->
     return lambda s: evaluate(jeval, s, test_x, test_y, eval_bs, to_float)
 
 
-def train(config: Any, train_images: np.ndarray, train_labels: np.ndarray,
-          test_images: Optional[np.ndarray] = None, test_labels: Optional[np.ndarray] = None,
-          *, unlabeled_images: Optional[np.ndarray] = None, workdir: Optional[Path | str] = None,
+def train(config: Any, data: tuple, *, test: Optional[tuple] = None,
+          unlabeled_images: Optional[np.ndarray] = None, workdir: Optional[Path | str] = None,
           stop_after: Optional[int] = None, progress: bool = True,
           to_float: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> TrainResult:
     """Train one DAC / DA-ERM / FixMatch + DAC model with checkpoint/resume: builds the
@@ -784,8 +783,9 @@ def train(config: Any, train_images: np.ndarray, train_labels: np.ndarray,
 
     Args:
         config: a config of :mod:`rdr_jax.dac.configs` (or a mapping with its fields).
-        train_images, train_labels: host arrays ``(N, H, W, C)`` and ``(N,)``.
-        test_images, test_labels: optional test arrays. unlabeled_images: FixMatch's pool.
+        data: ``(train_images, train_labels)``, host arrays ``(N, H, W, C)`` and ``(N,)``
+            (as for :func:`train_runs`). test: ``(test_images, test_labels)`` or None.
+            unlabeled_images: FixMatch's pool.
         workdir: checkpoints and ``metrics.jsonl`` (a later call resumes). stop_after: stop
             (and save) after this step. progress: tqdm bar. to_float: host batch -> [0, 1].
 
@@ -794,7 +794,8 @@ def train(config: Any, train_images: np.ndarray, train_labels: np.ndarray,
     """
     st = _settings(config)
     to_float = _default_to_float if to_float is None else to_float
-    train_images, train_labels = _check_train_arrays(train_images, train_labels)
+    train_images, train_labels = _check_train_arrays(*_pair("data", data))
+    test = None if test is None else _pair("test", test)
     if st["fm"] is not None and unlabeled_images is None:
         raise ValueError("method 'fixmatch_dac' needs unlabeled_images")
     mesh = make_mesh(st["devices"])
@@ -812,8 +813,16 @@ def train(config: Any, train_images: np.ndarray, train_labels: np.ndarray,
                       workdir=workdir, stop_after=stop_after, progress=progress,
                       desc=_run_desc(st))
     res = fit(step, state, batches, key=_run_key(st), loop=loop, mesh=mesh,
-              evaluate=_evaluator(config, jeval, (test_images, test_labels), to_float))
+              evaluate=_evaluator(config, jeval, test, to_float))
     return TrainResult(res.state, graph, res.history, res.eval, res.resumed_from)
+
+
+def _pair(name: str, value: Any) -> tuple:
+    """``(images, labels)`` from a 2-sequence; a clear TypeError otherwise."""
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        return tuple(value)
+    raise TypeError(f"{name} must be a pair (images, labels); got {type(value).__name__}"
+                    + (f" of length {len(value)}" if isinstance(value, (tuple, list)) else ""))
 
 
 def _run_desc(st: dict) -> str:

@@ -25,7 +25,7 @@ from rdr_jax.dac._common import (check_nonneg, dac_hard_K, dac_soft_K, default_r
 
 __all__ = [
     "AugmentedDesign", "Dimensions", "LabelInvariantTheory", "RiskTerms", "MCEstimate",
-    "MonteCarloRisks", "SoftDACTheory", "OptimalLambda",
+    "MonteCarloRisks", "MonteCarloOptions", "SoftDACTheory", "OptimalLambda",
     "augmented_design", "dimensions", "default_rtol",
     "dac_operator", "da_erm_operator", "fit_dac", "fit_da_erm",
     "excess_risk", "expected_excess_risk", "label_invariant_theory",
@@ -456,10 +456,25 @@ def _mc(key, X, X_aug, theta_star, sigma, lam, cfg: _MCConfig):
                            rd, re)
 
 
+@dataclasses.dataclass(frozen=True)
+class MonteCarloOptions:
+    """What :func:`monte_carlo_risks` measures: ``risk`` ``"augmented"`` (``W = A~(X)``) or
+    ``"original"`` (``W = X``), and ``rtol``, the rank tolerance of the augmentation subspace
+    (None: :func:`default_rtol`; else a finite number >= 0)."""
+
+    risk: str = "augmented"
+    rtol: Optional[float] = None
+
+    def __post_init__(self):
+        if self.risk not in ("augmented", "original"):
+            raise ValueError(f"risk must be 'augmented' or 'original'; got {self.risk!r}")
+        _check_rtol(self.rtol)
+
+
 def monte_carlo_risks(key: jax.Array, X: Float[Array, "N d"],
                       X_aug: Float[Array, "alpha N d"], theta_star: Float[Array, "d"],
                       sigma: float, num_draws: int = 2000, *, lam: Optional[float] = None,
-                      risk: str = "augmented", rtol: Optional[float] = None) -> MonteCarloRisks:
+                      options: MonteCarloOptions = MonteCarloOptions()) -> MonteCarloRisks:
     """Monte-Carlo excess risks of DAC and DA-ERM over ``num_draws``
     label-noise draws (fixed design, vmapped).
 
@@ -467,7 +482,7 @@ def monte_carlo_risks(key: jax.Array, X: Float[Array, "N d"],
         key: PRNG key. X: ``(N, d)``. X_aug: ``(alpha, N, d)``. theta_star: ``(d,)``.
         sigma: noise std. num_draws: static int ``>= 2``.
         lam: ``None`` (hard DAC) or soft lambda.
-        risk: ``"augmented"`` (``W = A~(X)``) or ``"original"`` (``W = X``). rtol: tolerance.
+        options: :class:`MonteCarloOptions` (``risk``, ``rtol``).
 
     Returns:
         :class:`rdr_jax.dac.linear.MonteCarloRisks`.
@@ -478,8 +493,9 @@ def monte_carlo_risks(key: jax.Array, X: Float[Array, "N d"],
     sigma = check_nonneg("sigma", sigma)
     lam = check_nonneg("lam", lam, allow_none=True)
     num_draws = V.check_int("num_draws", num_draws, low=2)
-    if risk not in ("augmented", "original"):
-        raise ValueError(f"risk must be 'augmented' or 'original'; got {risk!r}")
+    if not isinstance(options, MonteCarloOptions):
+        raise TypeError(f"options must be a MonteCarloOptions; got {type(options).__name__}")
+    risk, rtol = options.risk, options.rtol
     hard = lam is None
     return _mc(key, X, X_aug, theta_star, jnp.asarray(sigma, X.dtype),
                jnp.zeros((), X.dtype) if hard else jnp.asarray(lam, X.dtype),

@@ -24,7 +24,8 @@ from rdr_jax._src import validation as V
 from rdr_jax.operators import HIGHEST
 
 __all__ = [
-    "TwoLayerParams", "TwoLayerData", "AugmentationSubspace", "FitResult",
+    "TwoLayerParams", "TwoLayerData", "AugmentationSubspace", "FitResult", "DataShape",
+    "FitOptions",
     "make_teacher", "augment", "make_data",
     "init_params", "predict", "first_layer",
     "da_erm_loss", "consistency_penalty", "dac_loss",
@@ -244,13 +245,32 @@ def _augment(key, X, alpha, d_aug, aug_scale):
     return X[None] + (aug_scale * mask) * Z
 
 
-def make_data(key, *, n: int, d: int, q: int, d_causal: int, alpha: int, d_aug, sigma: float,
-              n_test: int, aug_scale: float = 1.0, teacher: TwoLayerParams | None = None,
-              dtype=None) -> TwoLayerData:
+@dataclasses.dataclass(frozen=True)
+class DataShape:
+    """The static sizes of a two-layer problem (:func:`make_data`; one compilation each):
+    ``n`` samples in ``d`` dimensions, a teacher of width ``q`` on the first ``d_causal``
+    coordinates, ``alpha`` augmentations per sample, ``n_test`` test points (Section 4.6.1).
+    Every size is a Python int ``>= 1``, ``d_causal <= d``."""
+
+    n: int
+    d: int
+    q: int
+    d_causal: int
+    alpha: int
+    n_test: int
+
+    def __post_init__(self):
+        for name in ("n", "d", "q", "alpha", "n_test"):
+            V.check_int(name, getattr(self, name), low=1)
+        V.check_int("d_causal", self.d_causal, low=1, high=self.d, high_desc="d")
+
+
+def make_data(key, shape: DataShape, *, d_aug, sigma: float, aug_scale: float = 1.0,
+              teacher: TwoLayerParams | None = None, dtype=None) -> TwoLayerData:
     """Draw teacher, ``(X, y)``, augmentations and a test set (Section 4.6.1).
 
     Args:
-      key: PRNG key. n, d, q, d_causal, alpha, n_test: static sizes.
+      key: PRNG key. shape: :class:`DataShape` (the static sizes).
       d_aug: ``<= d - d_causal`` (may be traced). sigma: label noise std.
       aug_scale: see :func:`augment`. teacher: optional fixed ground truth. dtype: float dtype.
 
@@ -258,11 +278,11 @@ def make_data(key, *, n: int, d: int, q: int, d_causal: int, alpha: int, d_aug, 
       :class:`TwoLayerData`.
     """
     key = V.check_key(key)
-    n = V.check_int("n", n, low=1)
-    d = V.check_int("d", d, low=1)
-    n_test = V.check_int("n_test", n_test, low=1)
-    alpha = V.check_int("alpha", alpha, low=1)
-    d_causal = V.check_int("d_causal", d_causal, low=1, high=d, high_desc="d")
+    if not isinstance(shape, DataShape):
+        raise TypeError(f"shape must be a DataShape(n, d, q, d_causal, alpha, n_test); got "
+                        f"{type(shape).__name__}")
+    n, d, q, d_causal = shape.n, shape.d, shape.q, shape.d_causal
+    alpha, n_test = shape.alpha, shape.n_test
     if V.is_concrete(d_aug) and not 0 <= int(np.asarray(d_aug)) <= d - d_causal:
         raise ValueError(f"d_aug must be in [0, d - d_causal] = [0, {d - d_causal}] so that the "
                          f"augmentations are label invariant; got {int(np.asarray(d_aug))}")
@@ -497,6 +517,31 @@ class _FitConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class FitOptions:
+    """How :func:`fit_da_erm` and :func:`fit_dac` train: ``width`` of the student and
+    ``steps`` (static ints ``>= 1``), ``learning_rate`` (peak step of the default cosine Adam,
+    > 0), ``c_w`` (l1 radius of ``w``; None: unconstrained; may be traced) and ``optimizer``
+    (an optax transformation replacing the default, static)."""
+
+    width: int = 8
+    steps: int = 2000
+    learning_rate: float = 1e-2
+    c_w: Any = None
+    optimizer: Any = None
+
+    def __post_init__(self):
+        V.check_int("width", self.width, low=1)
+        V.check_int("steps", self.steps, low=1)
+        _check_pos_float("c_w", self.c_w, allow_none=True)
+        if self.optimizer is not None and not isinstance(self.optimizer,
+                                                         optax.GradientTransformation):
+            raise TypeError("optimizer must be an optax.GradientTransformation or None; got "
+                            f"{type(self.optimizer).__name__}")
+        if self.optimizer is None:
+            _check_pos_float("learning_rate", self.learning_rate)
+
+
+@dataclasses.dataclass(frozen=True)
 class _FitSpec:
     """The user's training options, before validation (see :func:`fit_dac`)."""
 
@@ -559,17 +604,23 @@ def _fit_checked(key, X, y, X_aug, spec: _FitSpec):
                 _FitConfig(method, hard, width, steps, optimizer))
 
 
+def _fit_spec(method: str, lam, options: FitOptions) -> _FitSpec:
+    if not isinstance(options, FitOptions):
+        raise TypeError(f"options must be a FitOptions; got {type(options).__name__}")
+    return _FitSpec(method, lam, options.width, options.steps, options.learning_rate,
+                    options.c_w, options.optimizer)
+
+
 def fit_da_erm(key, X: Float[Array, "n d"], y: Float[Array, " n"],
-               X_aug: Float[Array, "alpha n d"], *, width: int = 8, steps: int = 2000,
-               learning_rate: float = 1e-2, c_w: float | None = None,
-               optimizer: optax.GradientTransformation | None = None) -> FitResult:
+               X_aug: Float[Array, "alpha n d"], *,
+               options: FitOptions = FitOptions()) -> FitResult:
     """Train ``h`` by DA-ERM (Eq. (4.3)): full-batch projected steps in one
     ``lax.scan`` (vmap over ``key`` for seeds).
 
     Args:
       key: PRNG key. X: ``(N, d)``; y: ``(N,)``; X_aug: ``(alpha, N, d)``.
-      width, steps: static ints. learning_rate: peak step of the default cosine Adam.
-      c_w: l1 radius of ``w``. optimizer: optional optax transformation (static).
+      options: :class:`FitOptions` (``width``, ``steps``, ``learning_rate``, ``c_w``,
+        ``optimizer``).
 
     Returns:
       :class:`FitResult`.
@@ -577,19 +628,17 @@ def fit_da_erm(key, X: Float[Array, "n d"], y: Float[Array, " n"],
     Raises:
       ValueError / TypeError: bad shapes, ``width < 1``, non-finite data, bad ``c_w`` or rate.
     """
-    return _fit_checked(key, X, y, X_aug, _FitSpec("da_erm", None, width, steps,
-                                                   learning_rate, c_w, optimizer))
+    return _fit_checked(key, X, y, X_aug, _fit_spec("da_erm", None, options))
 
 
 def fit_dac(key, X: Float[Array, "n d"], y: Float[Array, " n"],
-            X_aug: Float[Array, "alpha n d"], lam=None, *, width: int = 8, steps: int = 2000,
-            learning_rate: float = 1e-2, c_w: float | None = None,
-            optimizer: optax.GradientTransformation | None = None) -> FitResult:
+            X_aug: Float[Array, "alpha n d"], lam=None, *,
+            options: FitOptions = FitOptions()) -> FitResult:
     """Train ``h`` with DAC on the first layer: the hard constraint ``B = P_null B``
     (``lam=None``, the estimator of Theorem B.2) or the soft penalty.
 
     Args:
-      key, X, y, X_aug, width, steps, learning_rate, c_w, optimizer: as :func:`fit_da_erm`.
+      key, X, y, X_aug, options: as :func:`fit_da_erm`.
       lam: ``None`` or a finite number ``>= 0``.
 
     Returns:
@@ -599,5 +648,4 @@ def fit_dac(key, X: Float[Array, "n d"], y: Float[Array, " n"],
       ValueError / TypeError: as :func:`fit_da_erm`, ``lam < 0``, and ``rank(Delta) = d`` for
       the hard constraint (under an outer jit: NaN parameters).
     """
-    return _fit_checked(key, X, y, X_aug, _FitSpec("dac", lam, width, steps, learning_rate,
-                                                   c_w, optimizer))
+    return _fit_checked(key, X, y, X_aug, _fit_spec("dac", lam, options))
