@@ -142,8 +142,8 @@ def bench_dense(m, n, ks, repeats):
 
 
 def bench_snn(size, k, repeats):
-    A = M.snn(jax.random.key(0), size, size, r=400, a=2.0, r1=100, density=2.0 / 400,
-              factored=True)
+    A = M.snn(jax.random.key(0), size, size, r=400, density=2.0 / 400,
+              spectrum=M.SNNWeights(a=2.0, r1=100), factored=True)
     t_dec, d = timed(lambda: R.cur(jax.random.key(1), A, k), repeats=repeats)
     cert_f = jax.jit(lambda key, A, d: R.error_bound(key, A, d))
     t_cert, cert = timed(cert_f, jax.random.key(2), A, d, repeats=repeats)

@@ -183,8 +183,8 @@ def load_matrix(name: str, key, *, size: int = 500, snn_density: float = 0.025,
                     title=f"Gaussian {size}x{size}, faster decay (max(0.99^(i-20), 1e-3))")
     if name in ("snn_a1", "snn_a100"):
         a = 1.0 if name == "snn_a1" else 100.0
-        A = matrices.snn(key, size, size, r=size, a=a, r1=20, density=snn_density,
-                         dtype=jnp.float64)
+        A = matrices.snn(key, size, size, r=size, density=snn_density,
+                         spectrum=matrices.SNNWeights(a=a, r1=20), dtype=jnp.float64)
         return dict(A=A, name=name, tag=f"SNN-m{size}n{size}r20a{int(a)}",
                     source="synthetic", source_text="synthetic",
                     note=f"density {snn_density} (not stated in the thesis)",

@@ -7,6 +7,9 @@ matrix); call them outside ``jit``.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import numbers
 from typing import Any
 
 import jax
@@ -17,7 +20,8 @@ import scipy.sparse as sp
 from rdr_jax._src import validation as V
 from rdr_jax.operators import FactoredOperator, SparseOperator, DenseOperator
 
-__all__ = ["snn", "snn_spectrum", "snn1e3", "snn1e6", "with_spectrum", "polynomial_decay",
+__all__ = ["snn", "snn_spectrum", "SNNWeights", "snn1e3", "snn1e6", "with_spectrum",
+           "polynomial_decay",
            "exponential_decay", "step_spectrum", "kahan"]
 
 
@@ -51,17 +55,32 @@ def _sparse_uniform(rng, rows: int, cols: int, density: float) -> sp.csc_matrix:
                          shape=(rows, cols)).tocsc()
 
 
-def snn(key, m: int, n: int, *, r: int | None = None, a: float = 2.0, r1: int = 100,
-        density: float = 1e-3, spectrum: Any = None, factored: bool = False, dtype=None):
+@dataclasses.dataclass(frozen=True)
+class SNNWeights:
+    """The thesis' SNN weights ``d_i = a / i`` for ``i <= r1``, ``1 / i`` after
+    (:func:`snn_spectrum`, Eq. (3.23)): ``a`` a finite number > 0, ``r1`` an int >= 0."""
+
+    a: float = 2.0
+    r1: int = 100
+
+    def __post_init__(self):
+        if isinstance(self.a, bool) or not isinstance(self.a, numbers.Real) or not (
+                math.isfinite(self.a) and self.a > 0):
+            raise ValueError(f"a must be a finite number > 0; got {self.a!r}")
+        V.check_int("r1", self.r1, low=0)
+
+
+def snn(key, m: int, n: int, *, r: int | None = None, density: float = 1e-3,
+        spectrum: Any = SNNWeights(), factored: bool = False, dtype=None):
     """Sparse non-negative ``A = X diag(d) Y^T``, thesis Eqs. (2.20)/(3.23).
 
     Args:
       key: ``jax.random.key``.
       m, n: matrix size.
       r: number of terms (default ``min(m, n)``).
-      a, r1: :func:`snn_spectrum` parameters (unless ``spectrum`` gives ``d``).
       density: fraction of nonzeros (i.i.d. U(0, 1) at random positions) in X and Y.
-      spectrum: explicit non-negative weights ``d`` (length r).
+      spectrum: the weights ``d``: :class:`SNNWeights` (``a``, ``r1``; default ``a = 2``,
+        ``r1 = 100``) or explicit non-negative weights (length r).
       factored: return a :class:`~rdr_jax.operators.FactoredOperator` with sparse factors.
       dtype: float32/float64.
 
@@ -75,8 +94,10 @@ def snn(key, m: int, n: int, *, r: int | None = None, a: float = 2.0, r1: int = 
     if not (0 < float(density) <= 1):
         raise ValueError(f"density must be in (0, 1]; got {density}")
     dt = _dtype(dtype)
-    if spectrum is None:
-        d = snn_spectrum(r, a=a, r1=r1)
+    if isinstance(spectrum, SNNWeights):
+        d = snn_spectrum(r, a=spectrum.a, r1=spectrum.r1)
+    elif spectrum is None:
+        raise TypeError("spectrum must be SNNWeights(a, r1) or an array of r weights; got None")
     else:
         d = np.asarray(spectrum, dtype=np.float64)
         if d.shape != (r,):
@@ -98,12 +119,13 @@ def snn(key, m: int, n: int, *, r: int | None = None, a: float = 2.0, r1: int = 
 
 def snn1e3(key, *, dtype=None):
     """``SNN1e3``: 1000 x 1000, r = 1000, a = 2, r1 = 100, density 1e-3 (Section 2.5.3)."""
-    return snn(key, 1000, 1000, r=1000, a=2.0, r1=100, density=1e-3, dtype=dtype)
+    return snn(key, 1000, 1000, r=1000, density=1e-3, spectrum=SNNWeights(2.0, 100), dtype=dtype)
 
 
 def snn1e6(key, *, m: int = 10**6, n: int = 10**6, r: int = 400, dtype=None):
     """``SNN1e6``: 10^6 x 10^6 factored, r = 400, a = 2, r1 = 100, density 2/r."""
-    return snn(key, m, n, r=r, a=2.0, r1=100, density=2.0 / r, factored=True, dtype=dtype)
+    return snn(key, m, n, r=r, density=2.0 / r, spectrum=SNNWeights(2.0, 100), factored=True,
+               dtype=dtype)
 
 
 # --------------------------------------------------------------------------------------

@@ -425,7 +425,8 @@ def test_fixed_accuracy_max_rank_warns(rng):
 # --------------------------------------------------------------------------------------
 def test_lowrank_error_factored_matches_dense():
     key = jax.random.key(0)
-    A = M.snn(key, 400, 300, r=60, a=2.0, r1=10, density=0.2, factored=True)
+    A = M.snn(key, 400, 300, r=60, density=0.2, spectrum=M.SNNWeights(a=2.0, r1=10),
+              factored=True)
     dense = np.asarray(A.todense(), np.float64)
     c = R.cur(jax.random.key(1), A, 20)
     e = R.lowrank_error(A, c)

@@ -96,6 +96,18 @@ def test_bad_generator_inputs():
         M.with_spectrum(jax.random.key(0), 5, 4, np.ones(5))
     with pytest.raises(ValueError, match="factored=True"):
         M.snn(jax.random.key(0), 10**5, 10**5, r=10)
+    # 0.3: a and r1 of the SNN weights live on SNNWeights
+    with pytest.raises(ValueError, match="a must be a finite number > 0"):
+        M.SNNWeights(a=0.0)
+    with pytest.raises(ValueError, match="r1 must be >= 0"):
+        M.SNNWeights(r1=-1)
+    with pytest.raises(TypeError, match="r1 must be a Python int"):
+        M.SNNWeights(r1=2.5)
+    with pytest.raises(TypeError, match="spectrum must be SNNWeights"):
+        M.snn(jax.random.key(0), 10, 10, spectrum=None)
+    np.testing.assert_array_equal(np.asarray(M.snn(jax.random.key(0), 10, 10, density=0.5)),
+                                  np.asarray(M.snn(jax.random.key(0), 10, 10, density=0.5,
+                                                   spectrum=M.SNNWeights(2.0, 100))))
     with pytest.raises(ValueError, match="gap"):
         M.step_spectrum(10, 3, 0.5)
     with pytest.raises(TypeError, match="dtype"):
