@@ -636,3 +636,21 @@ def test_bad_inputs_raise_clear_errors():
         TransUNet(2, dropout_rate=1.5, rngs=r)
     with pytest.raises(ValueError, match="block must be"):
         ResNet("wide", (1, 1, 1, 1), rngs=r)
+
+
+def test_conv_options_reject_bad_values_and_keep_the_layer():
+    """0.3: conv2d's padding, bias and initializers live on a frozen ConvOptions."""
+    from rdr_jax.models.resnet import ConvOptions, conv2d
+    with pytest.raises(ValueError, match="padding must be >= 0"):
+        ConvOptions(padding=-1)
+    with pytest.raises(TypeError, match="use_bias must be a bool"):
+        ConvOptions(use_bias=1)
+    with pytest.raises(TypeError, match="kernel_init must be an initializer"):
+        ConvOptions(kernel_init="kaiming")
+    with pytest.raises(TypeError, match="bias_init must be an initializer"):
+        ConvOptions(bias_init=0.0)
+    with pytest.raises(TypeError, match="options must be a ConvOptions"):
+        conv2d(3, 4, 3, options={"padding": 0}, rngs=nnx.Rngs(0))
+    c = conv2d(3, 4, 7, 2, options=ConvOptions(padding=3, use_bias=True), rngs=nnx.Rngs(0))
+    assert c.padding == ((3, 3), (3, 3)) and c.bias is not None
+    assert ConvOptions() == ConvOptions(None, False)

@@ -7,6 +7,7 @@ details and parameter counts: ``docs/training.md`` ("Models").
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Optional, Sequence
 
@@ -20,7 +21,7 @@ from rdr_jax.models._precision import at_least_float32, check_dtypes, keep_stats
 
 __all__ = ["ResNet", "BasicBlock", "Bottleneck", "resnet34", "resnet50", "torch_conv_init",
            "torch_default_conv_init", "torch_default_bias_init", "check_nhwc_input",
-           "check_int_tuple", "batch_norm", "conv2d"]
+           "check_int_tuple", "batch_norm", "conv2d", "ConvOptions"]
 
 #: torchvision conv init ``kaiming_normal_(mode='fan_out', nonlinearity='relu')``.
 torch_conv_init = jax.nn.initializers.variance_scaling(2.0, "fan_out", "normal")
@@ -42,18 +43,45 @@ def torch_default_bias_init(fan_in: int):
 _HI = jax.lax.Precision.HIGHEST
 
 
-def conv2d(cin: int, cout: int, k: int, stride: int = 1, *, padding: int | None = None,
-           use_bias: bool = False, kernel_init=torch_conv_init, bias_init=None,
-           dtype: Optional[Any] = None, param_dtype: Any = jnp.float32,
-           rngs: nnx.Rngs) -> nnx.Conv:
-    """A ``k x k`` convolution with PyTorch's symmetric ``padding`` (default ``k // 2``),
-    computing in ``dtype`` (``None``: inferred) with parameters in ``param_dtype``."""
-    p = k // 2 if padding is None else padding
+@dataclasses.dataclass(frozen=True)
+class ConvOptions:
+    """The layer options of :func:`conv2d`: PyTorch's symmetric ``padding`` (None: ``k // 2``;
+    else an int >= 0), ``use_bias``, and the ``kernel_init`` / ``bias_init`` initializers
+    (default torchvision's :data:`torch_conv_init`; bias zeros)."""
+
+    padding: Optional[int] = None
+    use_bias: bool = False
+    kernel_init: Any = torch_conv_init
+    bias_init: Any = None
+
+    def __post_init__(self):
+        if self.padding is not None:
+            V.check_int("padding", self.padding, low=0)
+        if not isinstance(self.use_bias, bool):
+            raise TypeError(f"use_bias must be a bool; got {self.use_bias!r}")
+        if not callable(self.kernel_init):
+            raise TypeError(f"kernel_init must be an initializer (callable); got "
+                            f"{type(self.kernel_init).__name__}")
+        if self.bias_init is not None and not callable(self.bias_init):
+            raise TypeError(f"bias_init must be an initializer (callable) or None; got "
+                            f"{type(self.bias_init).__name__}")
+
+
+def conv2d(cin: int, cout: int, k: int, stride: int = 1, *,
+           options: ConvOptions = ConvOptions(), dtype: Optional[Any] = None,
+           param_dtype: Any = jnp.float32, rngs: nnx.Rngs) -> nnx.Conv:
+    """A ``k x k`` convolution (``options``: :class:`ConvOptions`, padding, bias and
+    initializers), computing in ``dtype`` (``None``: inferred) with parameters in
+    ``param_dtype``; torchvision's layer, so its weights load one-to-one."""
+    if not isinstance(options, ConvOptions):
+        raise TypeError(f"options must be a ConvOptions; got {type(options).__name__}")
+    use_bias, bias_init = options.use_bias, options.bias_init
+    p = k // 2 if options.padding is None else options.padding
     kw = {}
     if use_bias:
         kw["bias_init"] = bias_init if bias_init is not None else jax.nn.initializers.zeros
     return nnx.Conv(cin, cout, (k, k), strides=stride, padding=((p, p), (p, p)),
-                    use_bias=use_bias, kernel_init=kernel_init, dtype=dtype,
+                    use_bias=use_bias, kernel_init=options.kernel_init, dtype=dtype,
                     param_dtype=param_dtype, precision=_HI, rngs=rngs, **kw)
 
 
@@ -186,7 +214,7 @@ class ResNet(nnx.Module):
         self.num_classes = num_classes
         self.dtype, self.param_dtype = dtype, param_dtype
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.conv1 = conv2d(in_channels, widths[0], 7, 2, padding=3, **kw)
+        self.conv1 = conv2d(in_channels, widths[0], 7, 2, options=ConvOptions(padding=3), **kw)
         self.bn1 = batch_norm(widths[0], **kw)
         cin = widths[0]
         stages = []

@@ -20,7 +20,8 @@ from jaxtyping import Array, Float
 
 from rdr_jax._src import validation as V
 from rdr_jax.models._precision import at_least_float32, check_dtypes
-from rdr_jax.models.resnet import (batch_norm, check_int_tuple, check_nhwc_input, conv2d,
+from rdr_jax.models.resnet import (ConvOptions, batch_norm, check_int_tuple, check_nhwc_input,
+                                   conv2d,
                                    torch_default_bias_init, torch_default_conv_init)
 
 __all__ = ["TransUNet", "StdConv", "R50Unit", "ResNetV2", "ViTBlock", "DecoderCup",
@@ -234,8 +235,8 @@ class ViTBlock(nnx.Module):
 class _ConvBNReLU(nnx.Module):
     def __init__(self, cin: int, cout: int, *, dtype: Optional[Any], param_dtype: Any,
                  rngs: nnx.Rngs):
-        self.conv = conv2d(cin, cout, 3, kernel_init=torch_default_conv_init, dtype=dtype,
-                           param_dtype=param_dtype, rngs=rngs)
+        self.conv = conv2d(cin, cout, 3, options=ConvOptions(kernel_init=torch_default_conv_init),
+                           dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.bn = batch_norm(cout, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x):
@@ -336,9 +337,9 @@ class TransUNet(nnx.Module):
         self.hybrid_model = ResNetV2(resnet_units, width, 3 if in_channels == 1 else in_channels,
                                      **kw)
         cin = self.hybrid_model.out_channels
-        self.patch_embeddings = conv2d(cin, hidden, 1, use_bias=True,
-                                       kernel_init=torch_default_conv_init,
-                                       bias_init=torch_default_bias_init(cin), **kw)
+        self.patch_embeddings = conv2d(cin, hidden, 1, options=ConvOptions(
+            use_bias=True, kernel_init=torch_default_conv_init,
+            bias_init=torch_default_bias_init(cin)), **kw)
         self.position_embeddings = nnx.Param(jnp.zeros((1, self.grid ** 2, hidden),
                                                        param_dtype))
         self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
@@ -349,9 +350,9 @@ class TransUNet(nnx.Module):
         self.decoder = DecoderCup(hidden, head_channels, decoder_channels,
                                   (8 * width, 4 * width, width, 0), n_skip, **kw)
         cl = decoder_channels[-1]
-        self.segmentation_head = conv2d(cl, num_classes, 3, use_bias=True,
-                                        kernel_init=torch_default_conv_init,
-                                        bias_init=torch_default_bias_init(9 * cl), **kw)
+        self.segmentation_head = conv2d(cl, num_classes, 3, options=ConvOptions(
+            use_bias=True, kernel_init=torch_default_conv_init,
+            bias_init=torch_default_bias_init(9 * cl)), **kw)
 
     @classmethod
     def small(cls, num_classes: int, *, in_channels: int = 1, img_size: int = 64,

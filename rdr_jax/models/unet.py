@@ -18,8 +18,8 @@ from jaxtyping import Array, Float
 
 from rdr_jax._src import validation as V
 from rdr_jax.models._precision import at_least_float32, check_dtypes
-from rdr_jax.models.resnet import (ResNet, batch_norm, check_int_tuple, check_nhwc_input,
-                                   conv2d)
+from rdr_jax.models.resnet import (ConvOptions, ResNet, batch_norm, check_int_tuple,
+                                   check_nhwc_input, conv2d)
 
 __all__ = ["UNetResNet34", "UNetDecoderBlock"]
 
@@ -27,6 +27,7 @@ __all__ = ["UNetResNet34", "UNetDecoderBlock"]
 _decoder_init = jax.nn.initializers.variance_scaling(2.0, "fan_in", "uniform")
 #: smp head init: ``xavier_uniform_``.
 _head_init = jax.nn.initializers.variance_scaling(1.0, "fan_avg", "uniform")
+_DECODER_CONV = ConvOptions(kernel_init=_decoder_init)
 
 
 class UNetDecoderBlock(nnx.Module):
@@ -36,9 +37,9 @@ class UNetDecoderBlock(nnx.Module):
                  param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.cskip = cskip
-        self.conv1 = conv2d(cin + cskip, cout, 3, kernel_init=_decoder_init, **kw)
+        self.conv1 = conv2d(cin + cskip, cout, 3, options=_DECODER_CONV, **kw)
         self.bn1 = batch_norm(cout, **kw)
-        self.conv2 = conv2d(cout, cout, 3, kernel_init=_decoder_init, **kw)
+        self.conv2 = conv2d(cout, cout, 3, options=_DECODER_CONV, **kw)
         self.bn2 = batch_norm(cout, **kw)
 
     def __call__(self, x: Float[Array, "b h w c"], skip: Array | None = None
@@ -87,9 +88,10 @@ class UNetResNet34(nnx.Module):
         self.decoder = nnx.List([
             UNetDecoderBlock(ci, cs, co, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
             for ci, cs, co in zip(ins, skips, decoder_channels)])
-        self.segmentation_head = conv2d(decoder_channels[-1], num_classes, 3, use_bias=True,
-                                        kernel_init=_head_init, dtype=dtype,
-                                        param_dtype=param_dtype, rngs=rngs)
+        self.segmentation_head = conv2d(decoder_channels[-1], num_classes, 3,
+                                        options=ConvOptions(use_bias=True,
+                                                            kernel_init=_head_init),
+                                        dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         #: channels of the encoder features returned by ``__call__``.
         self.encoder_channels = enc[4]
 
