@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import scipy.ndimage
 
-from rdr_jax.adawac.cardiac_phantom import (CARDIAC_INTENSITY, cardiac_phantom_cases,
-                                            cardiac_phantom_volume)
+from rdr_jax.adawac.cardiac_phantom import (CARDIAC_INTENSITY, CardiacPhantomOptions,
+                                            cardiac_phantom_cases, cardiac_phantom_volume)
 from rdr_jax.adawac.data import (ACDC_CLASSES, SegmentationData, SliceDataset, VolumeDataset,
                                  has_foreground, make_subset)
 
@@ -123,7 +123,8 @@ def test_intensities(data):
     assert CARDIAC_INTENSITY["lv_blood"] > CARDIAC_INTENSITY["myocardium"]
     # noise only changes the image (same random stream, same anatomy) and raises the
     # pixel-wise spread inside the LV blood pool
-    quiet = cardiac_phantom_cases(jax.random.key(0), 14, 10, 48, noise=0.0)
+    quiet = cardiac_phantom_cases(jax.random.key(0), 14, 10, 48,
+                                  options=CardiacPhantomOptions(noise=0.0))
     np.testing.assert_array_equal(quiet.train.labels, tr.labels)
     lv = tr.labels == LV
     assert tr.images[lv].std() > quiet.train.images[lv].std()
@@ -158,19 +159,21 @@ def test_bad_inputs():
     with pytest.raises(TypeError, match="key"):
         cardiac_phantom_cases("key", 1, 8, 16)
     with pytest.raises(ValueError, match="noise"):
-        cardiac_phantom_cases(k, 1, 8, 16, noise=-1.0)
+        CardiacPhantomOptions(noise=-1.0)
     with pytest.raises(ValueError, match="noise"):
-        cardiac_phantom_cases(k, 1, 8, 16, noise=float("nan"))
+        CardiacPhantomOptions(noise=float("nan"))
     with pytest.raises(TypeError, match="noise"):
-        cardiac_phantom_cases(k, 1, 8, 16, noise="0.1")
+        CardiacPhantomOptions(noise="0.1")
     with pytest.raises(ValueError, match="deform"):
-        cardiac_phantom_cases(k, 1, 8, 16, deform=0.5)
+        CardiacPhantomOptions(deform=0.5)
     with pytest.raises(ValueError, match="texture"):
-        cardiac_phantom_cases(k, 1, 8, 16, texture=-0.1)
+        CardiacPhantomOptions(texture=-0.1)
     with pytest.raises(ValueError, match="heart_extent"):
-        cardiac_phantom_cases(k, 1, 8, 16, heart_extent=(0.9, 0.5))
+        CardiacPhantomOptions(heart_extent=(0.9, 0.5))
     with pytest.raises(TypeError, match="heart_extent"):
-        cardiac_phantom_cases(k, 1, 8, 16, heart_extent=0.5)
+        CardiacPhantomOptions(heart_extent=0.5)
+    with pytest.raises(TypeError, match="options must be a CardiacPhantomOptions"):
+        cardiac_phantom_cases(k, 1, 8, 16, options={"noise": 0.1})
 
 
 def test_quick_config_training_learns():

@@ -18,7 +18,7 @@ from rdr_jax.adawac.data import (ACDC_CLASSES, SYNAPSE_CLASSES, SYNAPSE_HALF_VOL
                                  load_acdc_slices, load_synapse, load_synapse_test,
                                  load_synapse_train, make_subset, select_slices,
                                  slices_from_volumes)
-from rdr_jax.adawac.phantom import phantom_cases
+from rdr_jax.adawac.phantom import PhantomOptions, phantom_cases
 
 # ------------------------------------------------------------------ fixtures
 
@@ -360,11 +360,19 @@ def test_phantom_bad_inputs():
     with pytest.raises(TypeError, match="key"):
         phantom_cases(0, 1, 8, 16)
     with pytest.raises(ValueError, match="noise"):
-        phantom_cases(jax.random.key(0), 1, 8, 16, noise=-1.0)
+        PhantomOptions(noise=-1.0)
     with pytest.raises(ValueError, match="z_scale"):
-        phantom_cases(jax.random.key(0), 1, 8, 16, z_scale=(0.9, 0.5))
+        PhantomOptions(z_scale=(0.9, 0.5))
+    with pytest.raises(TypeError, match="z_scale must be a pair"):
+        PhantomOptions(z_scale=0.5)
     with pytest.raises(ValueError, match="block_center"):
-        phantom_cases(jax.random.key(0), 1, 8, 16, block_center=1.0)
+        PhantomOptions(block_center=1.0)
+    with pytest.raises(ValueError, match="bowel_threshold must be finite"):
+        PhantomOptions(bowel_threshold=float("nan"))
+    with pytest.raises(TypeError, match="options must be a PhantomOptions"):
+        phantom_cases(jax.random.key(0), 1, 8, 16, options={"noise": 0.0})
+    quiet = PhantomOptions(noise=0.0)
+    assert quiet == PhantomOptions(0.35, (0.55, 0.95), 0.6, 0.0) and hash(quiet)
 
 
 # ------------------------------------------------------------------ augmentation

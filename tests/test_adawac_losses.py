@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rdr_jax.adawac.losses import (WACAux, consistency, cross_entropy, dice_loss, wac_dice_loss,
-                                   wac_objective)
+from rdr_jax.adawac.losses import (WACAux, WACLossOptions, consistency, cross_entropy, dice_loss,
+                                   wac_dice_loss, wac_objective)
 
 B, H, W, C, F = 3, 5, 4, 4, 6
 
@@ -111,7 +111,8 @@ def test_consistency_matches_numpy(dtype):
 
 def test_wac_dice_loss_matches_numpy(dtype):
     logits, labels, z1, z2, beta = _data(dtype, seed=1)
-    fn = jax.jit(lambda dw, ww, *a: wac_dice_loss(*a, lam=2.0, dice_weight=dw, wac_weight=ww))
+    fn = jax.jit(lambda dw, ww, *a: wac_dice_loss(
+        *a, options=WACLossOptions(lam=2.0, dice_weight=dw, wac_weight=ww)))
     ce, cons, dice = _ce_np(logits, labels), _cons_np(z1, z2, 2.0), _dice_np(logits, labels)
     for dw, ww in [(0.5, 0.5), (1.0, 1.0)]:  # reference implementation / thesis display
         loss, aux = fn(dw, ww, *map(jnp.asarray, (logits, labels, z1, z2, beta)))
@@ -134,7 +135,7 @@ def test_wac_gradients(dtype):
 
     @jax.jit
     def f(lg, b):
-        return wac_dice_loss(lg, args[1], args[2], args[3], b, lam=2.0)
+        return wac_dice_loss(lg, args[1], args[2], args[3], b, options=WACLossOptions(lam=2.0))
 
     (loss, aux), (g_logits, g_beta) = jax.jit(
         jax.value_and_grad(f, argnums=(0, 1), has_aux=True))(args[0], args[4])
@@ -160,7 +161,7 @@ def test_bfloat16_inputs_computed_in_float32():
     logits, labels, z1, z2, beta = _data(np.float32, seed=3)
     loss, aux = wac_dice_loss(jnp.asarray(logits, jnp.bfloat16), jnp.asarray(labels),
                               jnp.asarray(z1, jnp.bfloat16), jnp.asarray(z2, jnp.bfloat16),
-                              jnp.asarray(beta, jnp.bfloat16), lam=2.0)
+                              jnp.asarray(beta, jnp.bfloat16), options=WACLossOptions(lam=2.0))
     assert loss.dtype == jnp.float32 and aux.ce.dtype == jnp.float32
     lb = np.asarray(jnp.asarray(logits, jnp.bfloat16), np.float64)
     np.testing.assert_allclose(np.asarray(aux.ce), _ce_np(lb, labels), rtol=1e-5)
@@ -219,7 +220,13 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="smooth must be"):
         dice_loss(logits, labels, smooth=-1e-5)
     with pytest.raises(ValueError, match="dice_weight must be"):
-        wac_dice_loss(logits, labels, z1, z2, beta, dice_weight=-0.5)
+        WACLossOptions(dice_weight=-0.5)
+    with pytest.raises(ValueError, match="lam must be"):
+        WACLossOptions(lam=float("inf"))
+    with pytest.raises(TypeError, match="smooth must be a real"):
+        WACLossOptions(smooth="1e-5")
+    with pytest.raises(TypeError, match="options must be a WACLossOptions"):
+        wac_dice_loss(logits, labels, z1, z2, beta, options={"lam": 2.0})
     with pytest.raises(ValueError, match="ce and cons must have the same shape"):
         wac_objective(np.float32(0.1), np.ones(3, np.float32), np.ones(2, np.float32), beta)
     with pytest.raises(ValueError, match="dice must be a scalar"):

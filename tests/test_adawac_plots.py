@@ -19,8 +19,8 @@ from PIL import Image  # noqa: E402
 from rdr_jax.adawac.data import ACDC_CLASSES, SYNAPSE_CLASSES, has_foreground  # noqa: E402
 from rdr_jax.adawac.phantom import phantom_cases  # noqa: E402
 from rdr_jax.adawac.plots import (ACDC_COLORS, HEATMAP_FIELDS, SYNAPSE_COLORS,  # noqa: E402
-                                  default_colors, legend_figure, segmentation_overlay,
-                                  weight_heatmaps)
+                                  HeatmapStyle, OverlayStyle, default_colors, legend_figure,
+                                  segmentation_overlay, weight_heatmaps)
 
 
 class History(NamedTuple):
@@ -60,7 +60,7 @@ def test_heatmap_data_order_and_case_lines(dtype, tmp_path):
     fg = np.array([True, True, False, False, False, True, True, True, True, False])
     path = tmp_path / "heat.png"
     fig = weight_heatmaps(History(**h), case, slice_index=sidx, foreground=fg, title="t",
-                          path=path, dpi=60)
+                          path=path, style=HeatmapStyle(dpi=60))
     assert isinstance(fig, Figure)
     # independent reference of the documented order: sort keys by hand
     order = np.array(sorted(range(10), key=lambda i: (case[i], sidx[i])))
@@ -139,6 +139,12 @@ def test_heatmap_bad_inputs():
         weight_heatmaps(h, case, foreground=np.ones(5, bool))
     with pytest.raises(TypeError, match="foreground must be a bool"):
         weight_heatmaps(h, case, foreground=np.ones(6))
+    with pytest.raises(TypeError, match="robust must be a bool"):
+        HeatmapStyle(robust="yes")
+    with pytest.raises(ValueError, match="dpi must be an int >= 1"):
+        HeatmapStyle(dpi=72.5)
+    with pytest.raises(TypeError, match="style must be a HeatmapStyle"):
+        weight_heatmaps(h, case, style=OverlayStyle())
 
 
 # ----------------------------------------------------------------------------- overlays
@@ -165,7 +171,8 @@ def test_overlay_pixels_axes_and_png(dtype, tmp_path):
     alpha = 0.4
     path = tmp_path / "ov.png"
     fig = segmentation_overlay(jnp.asarray(img), lab, {"ours": ours, "baseline": base},
-                               class_names=SYNAPSE_CLASSES, alpha=alpha, path=path,
+                               class_names=SYNAPSE_CLASSES, style=OverlayStyle(alpha=alpha),
+                               path=path,
                                example_names=["a", "b"])
     assert len(fig.axes) == b * 3
     assert all(len(ax.images) == 1 for ax in fig.axes)
@@ -196,8 +203,8 @@ def test_overlay_thesis_layout_single_example_acdc():
     lab = np.zeros((8, 8), np.int64)
     lab[3, 3], lab[4, 4], lab[5, 5] = 1, 2, 3
     preds = {"ours": lab, "baseline": np.roll(lab, 1, axis=1)}
-    fig = segmentation_overlay(img, lab, preds, class_names=ACDC_CLASSES, layout="columns",
-                               alpha=1.0, legend=False)
+    fig = segmentation_overlay(img, lab, preds, class_names=ACDC_CLASSES,
+                               style=OverlayStyle(layout="columns", alpha=1.0, legend=False))
     assert len(fig.axes) == 3 and not fig.legends
     assert [ax.get_ylabel() for ax in fig.axes] == ["ground truth", "ours", "baseline"]
     rgb = np.asarray(fig.axes[2].images[0].get_array())
@@ -206,7 +213,7 @@ def test_overlay_thesis_layout_single_example_acdc():
     # batch with the thesis layout: axes are [panel][example]
     fig = segmentation_overlay(np.stack([img, img[::-1]]), np.stack([lab, lab]),
                                {"m": np.stack([lab, 0 * lab])}, class_names=ACDC_CLASSES,
-                               layout="columns", alpha=1.0)
+                               style=OverlayStyle(layout="columns", alpha=1.0))
     assert len(fig.axes) == 4
     rgb = np.asarray(fig.axes[3].images[0].get_array())  # method m, example 1 (all bg)
     np.testing.assert_allclose(rgb[..., 0], img[::-1])
@@ -218,12 +225,12 @@ def test_overlay_any_num_classes_and_custom_colors():
     assert table.shape == (13, 3) and len({tuple(r) for r in table[1:]}) == 12
     lab = np.arange(13 * 2).reshape(2, 13) % 13
     img = np.ones((2, 13))  # constant image -> grey 0
-    fig = segmentation_overlay(img, lab, {}, class_names=names, alpha=0.5)
+    fig = segmentation_overlay(img, lab, {}, class_names=names, style=OverlayStyle(alpha=0.5))
     rgb = np.asarray(fig.axes[0].images[0].get_array())
     np.testing.assert_allclose(rgb[0, 1:], 0.5 * table[1:13])
     custom = np.array([[0, 0, 0], [0.2, 0.4, 0.6]])
     fig = segmentation_overlay(img, (lab > 0).astype(int), {}, class_names=("bg", "fg"),
-                               colors=custom, alpha=0.25)
+                               style=OverlayStyle(colors=custom, alpha=0.25))
     rgb = np.asarray(fig.axes[0].images[0].get_array())
     np.testing.assert_allclose(rgb[0, 1], 0.25 * custom[1])
 
@@ -255,9 +262,11 @@ def test_overlay_bad_inputs():
     with pytest.raises(ValueError, match=r"label holds class ids \[-1\]"):
         segmentation_overlay(img, lab - 1, {}, **kw)
     with pytest.raises(ValueError, match="colors has 3 rows but class_names has 4"):
-        segmentation_overlay(img, lab, {}, colors=ACDC_COLORS[:3], **kw)
+        segmentation_overlay(img, lab, {}, style=OverlayStyle(colors=ACDC_COLORS[:3]), **kw)
     with pytest.raises(ValueError, match=r"colors must be RGB values in \[0, 1\]"):
-        segmentation_overlay(img, lab, {}, colors=ACDC_COLORS * 255, **kw)
+        OverlayStyle(colors=ACDC_COLORS * 255)
+    with pytest.raises(ValueError, match=r"colors must have shape \(num_classes, 3\)"):
+        OverlayStyle(colors=ACDC_COLORS[:, :2])
     with pytest.raises(TypeError, match="integer class ids"):
         segmentation_overlay(img, lab + 0.5, {}, **kw)
     with pytest.raises(ValueError, match="image must have shape"):
@@ -265,9 +274,17 @@ def test_overlay_bad_inputs():
     with pytest.raises(ValueError, match="NaN or Inf"):
         segmentation_overlay(np.full((6, 6), np.nan), lab[0], {}, **kw)
     with pytest.raises(ValueError, match="alpha"):
-        segmentation_overlay(img, lab, {}, alpha=1.5, **kw)
+        OverlayStyle(alpha=1.5)
     with pytest.raises(ValueError, match="layout"):
-        segmentation_overlay(img, lab, {}, layout="grid", **kw)
+        OverlayStyle(layout="grid")
+    with pytest.raises(TypeError, match="gt_title must be a string"):
+        OverlayStyle(gt_title=None)
+    with pytest.raises(TypeError, match="legend must be a bool"):
+        OverlayStyle(legend="yes")
+    with pytest.raises(ValueError, match="dpi must be an int >= 1"):
+        OverlayStyle(dpi=0)
+    with pytest.raises(TypeError, match="style must be an OverlayStyle"):
+        segmentation_overlay(img, lab, {}, style={"alpha": 0.5}, **kw)
     with pytest.raises(ValueError, match="example_names"):
         segmentation_overlay(img, lab, {}, example_names=["one"], **kw)
     with pytest.raises(TypeError, match="predictions must be a dict"):
@@ -284,11 +301,13 @@ def test_phantom_end_to_end_no_pyplot_leak(tmp_path):
     rng = np.random.default_rng(0)
     h = {k: rng.random((4, n)) for k in ("ce", "cons", "beta")}
     fig = weight_heatmaps(h, tr.case_index, slice_index=tr.slice_index,
-                          foreground=has_foreground(tr), path=tmp_path / "w.png", dpi=50)
+                          foreground=has_foreground(tr), path=tmp_path / "w.png",
+                          style=HeatmapStyle(dpi=50))
     assert _lines(fig.axes[0], "case-boundary") == [7.5, 15.5]
     vol, lab = d.test.images[0], d.test.labels[0]
     fig = segmentation_overlay(vol[2:6], lab[2:6], {"ours": lab[2:6], "baseline": lab[1:5]},
-                               class_names=d.class_names, path=tmp_path / "o.png", dpi=50)
+                               class_names=d.class_names, style=OverlayStyle(dpi=50),
+                               path=tmp_path / "o.png")
     assert len(fig.axes) == 12
     assert (tmp_path / "w.png").is_file() and (tmp_path / "o.png").is_file()
     assert plt.get_fignums() == before  # nothing registered with pyplot

@@ -9,6 +9,7 @@ table runs without the real data. The model: ``docs/training.md`` ("Phantoms").
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import numpy as np
@@ -18,7 +19,8 @@ from rdr_jax.adawac.data import ACDC_CLASSES, SegmentationData
 from rdr_jax.adawac._common import (check_case_args, check_nonneg, interp_matrix,
                                    phantom_dataset)
 
-__all__ = ["CARDIAC_INTENSITY", "cardiac_phantom_cases", "cardiac_phantom_volume"]
+__all__ = ["CARDIAC_INTENSITY", "CardiacPhantomOptions", "cardiac_phantom_cases",
+           "cardiac_phantom_volume"]
 
 # Tissue intensities of the cine (bSSFP-like) phantom before gain, bias field, blur and noise.
 CARDIAC_INTENSITY = {
@@ -137,10 +139,38 @@ def cardiac_phantom_volume(rng: np.random.Generator, num_slices: int, size: int,
     return img, label
 
 
+@dataclasses.dataclass(frozen=True)
+class CardiacPhantomOptions:
+    """How an ACDC-like phantom case looks (:func:`cardiac_phantom_cases`; the fields are the
+    keywords of :func:`cardiac_phantom_volume`): ``noise``, ``texture`` (>= 0), ``deform``
+    (in [0, 0.4): the deformed radius stays positive) and ``heart_extent`` ``(low, high)``,
+    ``0 < low <= high <= 1``."""
+
+    noise: float = 0.04
+    deform: float = 0.08
+    texture: float = 0.04
+    heart_extent: tuple[float, float] = (0.55, 0.9)
+
+    def __post_init__(self):
+        for name in ("noise", "deform", "texture"):
+            object.__setattr__(self, name, check_nonneg(name, getattr(self, name)))
+        try:
+            lo, hi = (float(h) for h in self.heart_extent)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"heart_extent must be a pair of numbers; got "
+                            f"{self.heart_extent!r}") from e
+        if not (0.0 < lo <= hi <= 1.0):
+            raise ValueError(f"heart_extent must satisfy 0 < low <= high <= 1; got "
+                             f"{self.heart_extent}")
+        object.__setattr__(self, "heart_extent", (lo, hi))
+        if self.deform >= 0.4:
+            raise ValueError(f"deform must be < 0.4 (the deformed radius must stay positive); "
+                             f"got {self.deform}")
+
+
 def cardiac_phantom_cases(key, num_cases: int, num_slices: int, size: int, *,
-                          num_test_cases: Optional[int] = None, noise: float = 0.04,
-                          deform: float = 0.08, texture: float = 0.04,
-                          heart_extent: tuple[float, float] = (0.55, 0.9)
+                          num_test_cases: Optional[int] = None,
+                          options: CardiacPhantomOptions = CardiacPhantomOptions()
                           ) -> SegmentationData:
     """Synthetic ACDC-like data: ``num_cases`` training cases cut into
     slices and ``num_test_cases`` test volumes (same key, same data).
@@ -148,27 +178,18 @@ def cardiac_phantom_cases(key, num_cases: int, num_slices: int, size: int, *,
     Args:
         key: JAX PRNG key. num_cases: >= 1. num_slices: >= 4. size: >= 8.
         num_test_cases: default ``max(1, 2 num_cases // 7)`` (ACDC's 70 : 20).
-        noise, deform, texture, heart_extent: see
-            :func:`rdr_jax.adawac.cardiac_phantom.cardiac_phantom_volume`.
+        options: :class:`CardiacPhantomOptions`.
 
     Returns:
         :class:`rdr_jax.adawac.data.SegmentationData` with 4 classes.
     """
     key, num_cases, num_slices, size, num_test_cases = check_case_args(
         key, num_cases, num_slices, size, num_test_cases, test_per_train=(2, 7))
-    noise = check_nonneg("noise", noise)
-    deform = check_nonneg("deform", deform)
-    texture = check_nonneg("texture", texture)
-    try:
-        lo, hi = (float(h) for h in heart_extent)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"heart_extent must be a pair of numbers; got {heart_extent!r}") from e
-    if not (0.0 < lo <= hi <= 1.0):
-        raise ValueError(f"heart_extent must satisfy 0 < low <= high <= 1; got {heart_extent}")
-    if deform >= 0.4:
-        raise ValueError(f"deform must be < 0.4 (the deformed radius must stay positive); "
-                         f"got {deform}")
+    if not isinstance(options, CardiacPhantomOptions):
+        raise TypeError(f"options must be a CardiacPhantomOptions; got "
+                        f"{type(options).__name__}")
+    o = options
     return phantom_dataset(
         key, num_cases, num_test_cases, "patient", ACDC_CLASSES,
-        lambda rng: cardiac_phantom_volume(rng, num_slices, size, noise=noise, deform=deform,
-                                           texture=texture, heart_extent=(lo, hi)))
+        lambda rng: cardiac_phantom_volume(rng, num_slices, size, noise=o.noise, deform=o.deform,
+                                           texture=o.texture, heart_extent=o.heart_extent))

@@ -9,6 +9,7 @@ the reference weights 0.5/0.5: ``docs/training.md`` ("AdaWAC losses").
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from typing import Any, NamedTuple
 
@@ -20,7 +21,7 @@ from jaxtyping import Array, Float, Int
 from rdr_jax._src import validation as V
 
 __all__ = ["WACAux", "cross_entropy", "dice_loss", "consistency", "wac_objective",
-           "wac_dice_loss"]
+           "wac_dice_loss", "WACLossOptions"]
 
 
 class WACAux(NamedTuple):
@@ -225,18 +226,35 @@ def _wac(dice, ce, cons, beta, dice_weight, wac_weight):
             + jnp.asarray(wac_weight, ct) * jnp.mean(weighted))
 
 
+@dataclasses.dataclass(frozen=True)
+class WACLossOptions:
+    """The weights of :func:`wac_dice_loss` (Eq. (C.9)): consistency scale ``lam`` (2.0 in
+    the thesis; default 1.0), ``dice_weight`` and ``wac_weight`` (0.5 and 0.5) and the dice
+    ``smooth``ing; each a finite number >= 0 (a traced scalar is left to the caller, so the
+    weights may vary under ``jit``)."""
+
+    lam: Any = 1.0
+    dice_weight: Any = 0.5
+    wac_weight: Any = 0.5
+    smooth: Any = 1e-5
+
+    def __post_init__(self):
+        for name in ("lam", "dice_weight", "wac_weight", "smooth"):
+            _check_nonneg(name, getattr(self, name))
+
+
 def wac_dice_loss(logits: Float[Array, "B *S C"], labels: Int[Array, "B *S"],
                   z1: Float[Array, "B *F"], z2: Float[Array, "B *F"], beta: Float[Array, " B"],
-                  *, lam: float = 1.0, dice_weight: float = 0.5, wac_weight: float = 0.5,
-                  smooth: float = 1e-5) -> tuple[Float[Array, ""], WACAux]:
+                  *, options: WACLossOptions = WACLossOptions()
+                  ) -> tuple[Float[Array, ""], WACAux]:
     """The AdaWAC training objective with dice (Eq. (C.9)):
     :func:`wac_objective` of :func:`dice_loss`, :func:`cross_entropy` and :func:`consistency`.
 
     Args:
       logits: ``(B, *spatial, C)`` on the supervised view. labels: ``(B, *spatial)``.
       z1, z2: encoder outputs ``(B, ...)`` of the two views. beta: ``(B,)`` in ``[0, 1]``.
-      lam: consistency scale (2.0 in the thesis). dice_weight, wac_weight: 0.5 and 0.5.
-      smooth: dice smoothing.
+      options: :class:`WACLossOptions` (``lam``, ``dice_weight``, ``wac_weight``,
+        ``smooth``).
 
     Returns:
       ``(loss, WACAux(ce, cons, dice))``.
@@ -255,9 +273,10 @@ def wac_dice_loss(logits: Float[Array, "B *S C"], labels: Int[Array, "B *S"],
         raise ValueError(f"z1/z2 must have the batch size of logits ({batch}) on axis 0; got "
                          f"{tuple(z1.shape)}")
     _check_beta_batch(beta, batch)
-    for name, v in (("lam", lam), ("dice_weight", dice_weight), ("wac_weight", wac_weight),
-                    ("smooth", smooth)):
-        _check_nonneg(name, v)
+    if not isinstance(options, WACLossOptions):
+        raise TypeError(f"options must be a WACLossOptions; got {type(options).__name__}")
+    lam, dice_weight, wac_weight = options.lam, options.dice_weight, options.wac_weight
+    smooth = options.smooth
     logits, labels = jnp.asarray(logits), jnp.asarray(labels)
     ce = _cross_entropy(logits, labels)
     cons = _consistency(jnp.asarray(z1), jnp.asarray(z2), lam)

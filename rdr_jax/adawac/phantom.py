@@ -10,6 +10,8 @@ measured properties: ``docs/training.md`` ("Phantoms").
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Optional
 
 import numpy as np
@@ -19,7 +21,7 @@ from rdr_jax.adawac._common import (check_case_args, check_nonneg, interp_matrix
                                    phantom_dataset)
 from rdr_jax.adawac.data import SYNAPSE_CLASSES, SegmentationData
 
-__all__ = ["ORGAN_TEMPLATE", "hu_to_unit", "phantom_cases", "phantom_volume"]
+__all__ = ["ORGAN_TEMPLATE", "PhantomOptions", "hu_to_unit", "phantom_cases", "phantom_volume"]
 
 # name: (class id, centre (z, y, x), radii (z, y, x), HU). z in [0, 1] from the inferior end of
 # the organ block (0) to the superior end (1, liver dome), y in [-1, 1] (anterior = -1), x in
@@ -56,24 +58,59 @@ def _smooth_field(rng: np.random.Generator, channels: int, shape: tuple[int, int
     return np.einsum("czyx,Zz,Yy,Xx->cZYX", noise, mz, my, mx, optimize=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class PhantomOptions:
+    """How a Synapse-like phantom case looks (:func:`phantom_volume`, :func:`phantom_cases`).
+
+    Attributes:
+        deform: amplitude of the shape deformation (>= 0). z_scale: ``(low, high)``,
+            ``0 < low <= high <= 1``, range of the per-case scale of the organ block along the
+            stack. block_center: its centre in (0, 1) (0 = first slice).
+        noise, texture: Gaussian noise std and texture amplitude (>= 0). bowel_threshold: the
+            level that cuts bowel loops out of a smooth field (finite; higher: less bowel).
+    """
+
+    deform: float = 0.35
+    z_scale: tuple[float, float] = (0.55, 0.95)
+    block_center: float = 0.6
+    noise: float = 0.03
+    texture: float = 0.03
+    bowel_threshold: float = 0.3
+
+    def __post_init__(self):
+        for name in ("deform", "noise", "texture"):
+            object.__setattr__(self, name, check_nonneg(name, getattr(self, name)))
+        try:
+            lo, hi = (float(z) for z in self.z_scale)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"z_scale must be a pair of numbers; got {self.z_scale!r}") from e
+        if not (0.0 < lo <= hi <= 1.0):
+            raise ValueError(f"z_scale must satisfy 0 < low <= high <= 1; got {self.z_scale}")
+        object.__setattr__(self, "z_scale", tuple(self.z_scale))
+        if not (0.0 < self.block_center < 1.0):
+            raise ValueError(f"block_center must lie in (0, 1); got {self.block_center}")
+        if not math.isfinite(self.bowel_threshold):
+            raise ValueError(f"bowel_threshold must be finite; got {self.bowel_threshold}")
+
+
 def phantom_volume(rng: np.random.Generator, num_slices: int, size: int, *,
-                   deform: float = 0.35, z_scale: tuple[float, float] = (0.55, 0.95),
-                   block_center: float = 0.6,
-                   noise: float = 0.03, texture: float = 0.03, bowel_threshold: float = 0.3,
+                   options: PhantomOptions = PhantomOptions(),
                    dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
     """One phantom case ``(image, label)`` of shape ``(num_slices, size, size)``
     (``rng`` is consumed).
 
     Args:
         rng: ``np.random.Generator``. num_slices, size: volume shape.
-        deform: amplitude of the shape deformation. z_scale: range of the per-case scale of the
-            organ block along the stack. block_center: its centre (0 = first slice).
-        noise, texture: Gaussian noise std and texture amplitude. bowel_threshold: share of
-            bowel in the cavity. dtype: image dtype.
+        options: :class:`PhantomOptions` (deformation, organ-block placement, noise, texture,
+            bowel). dtype: image dtype.
 
     Returns:
         ``(image, label)``: image in [0, 1], uint8 label in 0..8.
     """
+    if not isinstance(options, PhantomOptions):
+        raise TypeError(f"options must be a PhantomOptions; got {type(options).__name__}")
+    deform, z_scale, block_center = options.deform, options.z_scale, options.block_center
+    noise, texture, bowel_threshold = options.noise, options.texture, options.bowel_threshold
     s_shape = (num_slices, size, size)
     z = (np.arange(num_slices) + 0.5) / num_slices
     yx = (np.arange(size) + 0.5) / size * 2.0 - 1.0
@@ -137,31 +174,23 @@ def phantom_volume(rng: np.random.Generator, num_slices: int, size: int, *,
 
 
 def phantom_cases(key, num_cases: int, num_slices: int, size: int, *,
-                  num_test_cases: Optional[int] = None, deform: float = 0.35,
-                  z_scale: tuple[float, float] = (0.55, 0.95), noise: float = 0.03,
-                  texture: float = 0.03, block_center: float = 0.6) -> SegmentationData:
+                  num_test_cases: Optional[int] = None,
+                  options: PhantomOptions = PhantomOptions()) -> SegmentationData:
     """Synthetic Synapse-like data: ``num_cases`` training cases cut into slices
     and ``num_test_cases`` test volumes (same key, same data).
 
     Args:
         key: JAX PRNG key. num_cases: >= 1. num_slices: >= 4. size: >= 8.
         num_test_cases: default ``max(1, 2 num_cases // 3)`` (Synapse's 18 : 12).
-        deform, z_scale, noise, texture, block_center: see
-            :func:`rdr_jax.adawac.phantom.phantom_volume`.
+        options: :class:`PhantomOptions`.
 
     Returns:
         :class:`rdr_jax.adawac.data.SegmentationData` with 9 classes.
     """
     key, num_cases, num_slices, size, num_test_cases = check_case_args(
         key, num_cases, num_slices, size, num_test_cases, test_per_train=(2, 3))
-    deform, noise, texture = (check_nonneg(n, v) for n, v in
-                              (("deform", deform), ("noise", noise), ("texture", texture)))
-    lo, hi = z_scale
-    if not (0.0 < lo <= hi <= 1.0):
-        raise ValueError(f"z_scale must satisfy 0 < low <= high <= 1; got {z_scale}")
-    if not (0.0 < block_center < 1.0):
-        raise ValueError(f"block_center must lie in (0, 1); got {block_center}")
+    if not isinstance(options, PhantomOptions):
+        raise TypeError(f"options must be a PhantomOptions; got {type(options).__name__}")
     return phantom_dataset(
         key, num_cases, num_test_cases, "case", SYNAPSE_CLASSES,
-        lambda rng: phantom_volume(rng, num_slices, size, deform=deform, z_scale=z_scale,
-                                   noise=noise, texture=texture, block_center=block_center))
+        lambda rng: phantom_volume(rng, num_slices, size, options=options))

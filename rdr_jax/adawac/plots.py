@@ -9,6 +9,7 @@ details: ``docs/training.md`` ("AdaWAC figures").
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -21,7 +22,8 @@ from matplotlib.patches import Patch
 from rdr_jax.adawac.data import ACDC_CLASSES, SYNAPSE_CLASSES
 
 __all__ = ["ACDC_COLORS", "HEATMAP_CMAPS", "HEATMAP_FIELDS", "SYNAPSE_COLORS",
-           "default_colors", "legend_figure", "segmentation_overlay", "weight_heatmaps"]
+           "HeatmapStyle", "OverlayStyle", "default_colors", "legend_figure",
+           "segmentation_overlay", "weight_heatmaps"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -106,10 +108,30 @@ def _boundaries(keys: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- heatmaps
 
+def _check_dpi(dpi: Any) -> int:
+    if isinstance(dpi, bool) or not isinstance(dpi, (int, np.integer)) or dpi < 1:
+        raise ValueError(f"dpi must be an int >= 1; got {dpi!r}")
+    return int(dpi)
+
+
+@dataclasses.dataclass(frozen=True)
+class HeatmapStyle:
+    """How :func:`weight_heatmaps` draws: ``robust`` clips the CE / consistency colours to
+    the 1st-99th percentiles; ``dpi`` of the saved PNG (int >= 1)."""
+
+    robust: bool = True
+    dpi: int = 150
+
+    def __post_init__(self):
+        if not isinstance(self.robust, (bool, np.bool_)):
+            raise TypeError(f"robust must be a bool; got {self.robust!r}")
+        _check_dpi(self.dpi)
+
+
 def weight_heatmaps(history: Any, case_index: Any, *, slice_order: Optional[Any] = None,
                     slice_index: Optional[Any] = None, foreground: Optional[Any] = None,
                     title: Optional[str] = None, path: Optional[PathLike] = None,
-                    robust: bool = True, dpi: int = 150) -> Figure:
+                    style: HeatmapStyle = HeatmapStyle()) -> Figure:
     """Heatmaps of per-slice CE, CE weight beta and consistency over training
     (Figure 5.3): ``epochs x slices`` images, slices ordered by case then slice
     number, case boundaries in black, foreground changes in purple; NaN (not seen) in grey.
@@ -120,8 +142,8 @@ def weight_heatmaps(history: Any, case_index: Any, *, slice_order: Optional[Any]
             (:attr:`rdr_jax.adawac.data.SliceDataset.case_index`).
         slice_order: optional column permutation. slice_index: slice numbers for the default
             order. foreground: optional bool ``(num_slices,)``.
-        title, path, dpi: figure title, PNG path, resolution.
-        robust: clip the CE / consistency colours to the 1st-99th percentiles.
+        title, path: figure title, PNG path. style: :class:`HeatmapStyle` (``robust``,
+            ``dpi``).
 
     Returns:
         :class:`matplotlib.figure.Figure` with 3 heatmaps (labels ``"ce"``, ``"beta"``,
@@ -130,6 +152,9 @@ def weight_heatmaps(history: Any, case_index: Any, *, slice_order: Optional[Any]
     Raises:
         ValueError / TypeError: missing fields, mismatched shapes, infinite values.
     """
+    if not isinstance(style, HeatmapStyle):
+        raise TypeError(f"style must be a HeatmapStyle; got {type(style).__name__}")
+    robust = style.robust
     arrays = {f: _float_2d(f"history.{f}", _get_field(history, f)) for f in HEATMAP_FIELDS}
     shapes = {f: a.shape for f, a in arrays.items()}
     if len(set(shapes.values())) != 1:
@@ -157,7 +182,7 @@ def weight_heatmaps(history: Any, case_index: Any, *, slice_order: Optional[Any]
             raise TypeError(f"foreground must be a bool array; got dtype {fg.dtype}")
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a string or None; got {type(title).__name__}")
-    dpi = int(dpi)
+    dpi = int(style.dpi)
 
     case_o = case[order]
     case_lines = _boundaries(case_o)
@@ -322,23 +347,56 @@ def _blend(gray: np.ndarray, label: np.ndarray, table: np.ndarray, alpha: float)
     return rgb
 
 
+@dataclasses.dataclass(frozen=True)
+class OverlayStyle:
+    """How :func:`segmentation_overlay` draws.
+
+    Attributes:
+        colors: RGB table in [0, 1], one row per class id (default :func:`default_colors`);
+            kept as a tuple of rows. alpha: blending weight in [0, 1].
+        layout: ``"rows"`` (one row per example) or ``"columns"`` (the thesis' layout).
+        gt_title: the ground-truth panel's title. legend: draw the class legend.
+        dpi: of the saved PNG (int >= 1).
+    """
+
+    colors: Optional[Any] = None
+    alpha: float = 0.5
+    layout: str = "rows"
+    gt_title: str = "ground truth"
+    legend: bool = True
+    dpi: int = 150
+
+    def __post_init__(self):
+        if self.colors is not None:
+            rows = _check_colors(self.colors, 0)
+            object.__setattr__(self, "colors", tuple(tuple(r) for r in rows.tolist()))
+        a = self.alpha
+        if isinstance(a, bool) or not np.isscalar(a) or not 0.0 <= float(a) <= 1.0:
+            raise ValueError(f"alpha must be a number in [0, 1]; got {a!r}")
+        if self.layout not in ("rows", "columns"):
+            raise ValueError(f"layout must be 'rows' or 'columns'; got {self.layout!r}")
+        if not isinstance(self.gt_title, str):
+            raise TypeError(f"gt_title must be a string; got {type(self.gt_title).__name__}")
+        if not isinstance(self.legend, (bool, np.bool_)):
+            raise TypeError(f"legend must be a bool; got {self.legend!r}")
+        _check_dpi(self.dpi)
+
+
 def segmentation_overlay(image: Any, label: Any, predictions: Mapping[str, Any], *,
-                         class_names: Sequence[str], colors: Optional[Any] = None,
-                         alpha: float = 0.5, layout: str = "rows",
+                         class_names: Sequence[str],
                          example_names: Optional[Sequence[str]] = None,
-                         gt_title: str = "ground truth", title: Optional[str] = None,
-                         legend: bool = True, path: Optional[PathLike] = None,
-                         dpi: int = 150) -> Figure:
+                         title: Optional[str] = None,
+                         style: OverlayStyle = OverlayStyle(),
+                         path: Optional[PathLike] = None) -> Figure:
     """Ground truth and predictions of several methods blended over the grey
     image (Figure 5.2, C.1, C.2).
 
     Args:
         image: ``(H, W)`` or ``(B, H, W)``. label: class ids of the same shape.
         predictions: ``method name -> class ids`` (may be empty).
-        class_names: names, background first. colors: RGB table (default
-            :func:`default_colors`). alpha: blending weight in [0, 1].
-        layout: ``"rows"`` (one row per example) or ``"columns"`` (the thesis' layout).
-        example_names, gt_title, title, legend, path, dpi: labels, legend and output.
+        class_names: names, background first. example_names, title: labels.
+        style: :class:`OverlayStyle` (colours, alpha, layout, ground-truth title, legend,
+            dpi). path: PNG to save.
 
     Returns:
         :class:`matplotlib.figure.Figure` with ``B * (1 + len(predictions))`` image axes.
@@ -346,6 +404,10 @@ def segmentation_overlay(image: Any, label: Any, predictions: Mapping[str, Any],
     Raises:
         ValueError / TypeError: bad shapes, non-finite images, class ids outside the table.
     """
+    if not isinstance(style, OverlayStyle):
+        raise TypeError(f"style must be an OverlayStyle; got {type(style).__name__}")
+    colors, alpha, layout, gt_title = style.colors, style.alpha, style.layout, style.gt_title
+    legend, dpi = style.legend, style.dpi
     names = _check_class_names(class_names)
     k = len(names)
     table = default_colors(names) if colors is None else _check_colors(colors, k)
