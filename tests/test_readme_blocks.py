@@ -141,3 +141,13 @@ def test_code_fences_are_balanced(path):
     fences = [ln for ln in path.read_text(encoding="utf-8").splitlines()
               if ln.lstrip().startswith("```")]
     assert len(fences) % 2 == 0, f"{path.name}: {len(fences)} fence lines"
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    """``.ci/run``'s last line is the README's test command (with ``--durations=20``: every CI
+    run prints its 20 slowest tests)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    command = next(ln for ln in readme if ln.startswith("ruff check . && python -m pytest"))
+    assert "--durations=20" in command.split()
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()
+    assert ci[-1] == command
