@@ -1,8 +1,8 @@
 """Shared helpers for the experiment scripts: the command line (:func:`parser`), environment
-record, host thread limits, load average, integer-list arguments, NaN-aware ROC AUC, the
-Monte-Carlo trials mesh. jax is imported where it is used, so that a script that starts its
-jax children itself (bench_all, bench_threads, multihost_check, ...) can parse its command
-line without importing jax."""
+record, host thread limits, load average, integer-list arguments, CSV rows (:func:`write_csv`),
+NaN-aware ROC AUC, the Monte-Carlo trials mesh. jax is imported where it is used, so that a
+script that starts its jax children itself (bench_all, bench_threads, multihost_check, ...) can
+parse its command line without importing jax."""
 
 from __future__ import annotations
 
@@ -84,6 +84,23 @@ def parser(doc: str, *, quick: Any = _NO, data_dir: Any = _NO, host_threads: Any
         p.add_argument("--out", default=out, help=helps.get("out"),
                        **({"type": Path} if isinstance(out, Path) else {}))
     return p
+
+
+def write_csv(path, rows, fields=None, *, extrasaction: str = "raise",
+              exact: bool = False) -> None:
+    """Write ``rows`` (dicts) to ``path`` as CSV with a header row: the columns are ``fields``
+    (default: the first row's keys); ``extrasaction="ignore"`` drops keys not in ``fields``;
+    ``exact`` writes floats with 17 significant digits (round-trip exact)."""
+    import csv
+
+    rows = list(rows)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if fields is None else fields,
+                           extrasaction=extrasaction)
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: f"{v:.17g}" if isinstance(v, (float, np.floating)) else v
+                        for k, v in row.items()} if exact else row)
 
 
 def trials_mesh(devices: int, trials: int, what: str = "--num-trials"):

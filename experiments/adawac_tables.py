@@ -128,7 +128,6 @@ float32: network training; nothing here needs float64.
 from __future__ import annotations
 
 import copy
-import csv
 import json
 import math
 import sys
@@ -142,7 +141,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import data_desc, env_info, host_threads, ints, parser
+from _common import data_desc, env_info, host_threads, ints, parser, write_csv
 from train_adawac import load_data
 
 from rdr_jax.adawac import configs as adawac_configs
@@ -610,13 +609,6 @@ def plot_table(path: Path, name: str, summary: list[dict], source: str, quick: b
     plt.close(fig)
 
 
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-
-
 def _flat_summary(summary: list[dict], classes) -> list[dict]:
     flat = []
     for s in summary:
@@ -694,8 +686,8 @@ def run_table(name: str, args, out: Path, memo: dict, multi: bool = False,
         result["thesis_text_note"] = ("the text of tab:ablation quotes 76.28 (baseline) and "
                                       "77.89 (ACR-only); the table, used here, has 76.66 and "
                                       "78.01")
-    _write_csv(out / "results.csv", rows)
-    _write_csv(out / "summary.csv", _flat_summary(summary, spec.classes))
+    write_csv(out / "results.csv", rows)
+    write_csv(out / "summary.csv", _flat_summary(summary, spec.classes))
     (out / "summary.json").write_text(json.dumps(_nan_to_none(result), indent=2, default=str))
     plot_table(out / f"{name}.png", name, summary, source, args.quick, cfg)
     print(f"  wrote {out}/{{results.csv,summary.csv,summary.json,{name}.png}}")
@@ -1280,8 +1272,8 @@ def _run_mni152(args) -> dict:
                   "data_files": files, "data_load_s": load_s, "env": env_info(),
                   "config": cfg.to_dict(), "args": {k: v for k, v in vars(args).items()},
                   **extra}
-        _write_csv(out / "results.csv", rows)
-        _write_csv(out / "summary.csv", [
+        write_csv(out / "results.csv", rows)
+        write_csv(out / "summary.csv", [
             {k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in s.items()}
             for s in summary])
         outs[name] = out

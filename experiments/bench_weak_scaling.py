@@ -28,7 +28,6 @@ child).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import resource
@@ -37,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import parser
+from _common import parser, write_csv
 
 HERE = Path(__file__).resolve().parent
 TARGET = 1.5
@@ -111,10 +110,7 @@ def run(devices, block, n, k, repeats, out: Path) -> list[dict]:
         row["time_ratio"] = row["time_s"] / base["time_s"]
         row["time_per_device_ratio"] = row["time_per_device_s"] / base["time_per_device_s"]
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "weak_scaling.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out / "weak_scaling.csv", rows)
     (out / "weak_scaling.json").write_text(json.dumps(
         {"cores": cores, "block": block, "n": n, "k": k, "target_ratio": TARGET,
          "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "") or "OpenBLAS default",

@@ -40,7 +40,6 @@ float32: CNN training; nothing here needs float64.
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 import time
@@ -52,7 +51,7 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, loadavg, parser  # noqa: E402
+from _common import env_info, loadavg, parser, write_csv  # noqa: E402
 
 from rdr_jax.dac import configs as C  # noqa: E402
 from rdr_jax.dac import data as D  # noqa: E402
@@ -249,10 +248,7 @@ def main(argv=None):
     print(f"DAC {'beat' if a else 'did not beat'} DA-ERM on digits "
           f"(lambda = {cfg.lam:g}, alpha = {cfg.alpha}).")
 
-    with open(out / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out / "results.csv", rows)
     res = {"rows": rows, "summary": [{"alpha": k[0], "method": k[1], "lam": k[2], **v}
                                      for k, v in sorted(summ.items())],
            "claims": claims, "elapsed_s": elapsed}

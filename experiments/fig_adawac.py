@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
 import json
 import math
 import sys
@@ -80,7 +79,7 @@ import scipy.ndimage
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import data_desc, env_info, host_threads, parser, roc_auc  # noqa: E402
+from _common import data_desc, env_info, host_threads, parser, roc_auc, write_csv  # noqa: E402
 
 from rdr_jax.adawac import configs as adawac_configs  # noqa: E402
 from rdr_jax.adawac import plots  # noqa: E402
@@ -482,7 +481,7 @@ def fig_weights(runner: Runner, out: Path) -> dict:
              f"{fg.mean():.0%} with foreground")
     plots.weight_heatmaps(res.history, ds.case_index, slice_index=ds.slice_index,
                           foreground=fg, title=title, path=out / "weights.png")
-    _write_csv(out / "weights.csv", stats)
+    write_csv(out / "weights.csv", stats)
     return {"figure": "weights", "thesis": label, "source": source, "subset": subset,
             "num_slices": len(fg), "num_cases": len(ds.case_names),
             "foreground_fraction": float(fg.mean()),
@@ -542,7 +541,7 @@ def fig_overlay(runner: Runner, figure: str, out: Path) -> dict:
     if figure == "half_sparse":
         plots.legend_figure(data.class_names, path=out / "half_sparse_legend.png")
         extra["legend_png"] = "half_sparse_legend.png"
-    _write_csv(out / f"{figure}.csv", table)
+    write_csv(out / f"{figure}.csv", table)
     claims = {"adawac_beats_erm": {
         "held": bool(da > de),
         "detail": f"test DSC AdaWAC {da:.4f} vs ERM {de:.4f} (HD95 "
@@ -559,13 +558,6 @@ def fig_overlay(runner: Runner, figure: str, out: Path) -> dict:
 
 def _get_test(t: Optional[dict], k: str) -> float:
     return float(t[k]) if t else float("nan")
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
 
 
 def _clean(v: Any) -> Any:

@@ -58,7 +58,6 @@ and the gap-1.01 spectrum leaves the exact SVD a 1% gap.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import sys
@@ -75,7 +74,7 @@ import rdr_jax as R
 from rdr_jax import angles, matrices
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, floats, loadavg, parser, run_main  # noqa: E402
+from _common import env_info, floats, loadavg, parser, run_main, write_csv  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_budget_example"
 SETTINGS = [(16, 32, 1.05), (32, 64, 2.00)]
@@ -322,12 +321,7 @@ def run(args, argv=None):
     out_json = {"config": cfg, "settings": saved, "claims": claims, "pngs": pngs}
     (out / "results.json").write_text(json.dumps(out_json, indent=2, default=float))
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
-    with open(out / "results.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: (f"{v:.17g}" if isinstance(v, (float, np.floating)) else v)
-                        for k, v in row.items()})
+    write_csv(out / "results.csv", rows, CSV_FIELDS, exact=True)
     print(f"\nThesis observations (Example, Sec. subsec:balance_oversampling_power_iterations_"
           f"example), {cfg['wall_s']:.1f} s:")
     for c in claims:

@@ -117,7 +117,6 @@ floor (FLOOR = 1e-13).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import sys
@@ -132,7 +131,8 @@ from tqdm import tqdm
 from rdr_jax import angles, datasets, matrices
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import OUT_HELP, env_info, loadavg, parser, run_main, trials_mesh  # noqa: E402
+from _common import (OUT_HELP, env_info, loadavg, parser, run_main, trials_mesh,  # noqa: E402
+                     write_csv)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_canonical_angles"
 ORDER = ("gaussian_slow", "gaussian_fast", "snn_a1", "snn_a100", "real")
@@ -351,6 +351,30 @@ CSV_FIELDS = (["matrix", "source", "k", "l", "q", "subspace", "i", "true"]
 # --------------------------------------------------------------------------------------
 # plotting
 # --------------------------------------------------------------------------------------
+def angle_panel_axes(ax, q: int, subspace: str) -> None:
+    """Title, log scale, x label and grid of one sin-angle panel (here and in
+    fig_space_agnostic_bounds.py)."""
+    sub = "U_k, U_hat_l" if subspace == "left" else "V_k, V_hat_l"
+    ax.set_title(f"sin angle({sub}), q = {q}", fontsize=10)
+    ax.set_yscale("log")
+    ax.set_xlabel("i")
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def save_angle_figure(fig, axes, path: Path, *, title: str, ncol: int, bottom: float) -> None:
+    """A row of sin-angle panels finished: the y label, one legend below the panels (``ncol``
+    columns, in the bottom ``bottom`` of the figure), the title; saved at 110 dpi, closed."""
+    import matplotlib.pyplot as plt
+
+    axes[0][0].set_ylabel("sin theta_i")
+    h, lab = axes[0][0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", ncol=ncol, fontsize=7.5, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_config(M: dict, k: int, l: int, qs, series: dict, panels: list, path: Path):
     import matplotlib
     matplotlib.use("Agg")
@@ -376,20 +400,11 @@ def plot_config(M: dict, k: int, l: int, qs, series: dict, panels: list, path: P
         if bad:
             ax.text(0.02, 0.98, f"Thm 3.4 invalid w/ {', '.join(bad)}\n(sigma_k <= ||E33||_2)",
                     transform=ax.transAxes, va="top", fontsize=7, color="green")
-        sub = "U_k, U_hat_l" if subspace == "left" else "V_k, V_hat_l"
-        ax.set_title(f"sin angle({sub}), q = {q}", fontsize=10)
-        ax.set_yscale("log")
-        ax.set_xlabel("i")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("sin theta_i")
-    h, lab = axes[0][0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=6, fontsize=7.5, frameon=False)
-    fig.suptitle(f"{M['title']}: k = {k}, l = {l}, q = {', '.join(map(str, qs))} "
-                 f"(lines: true spectrum, dashes: padded approximate spectrum; band: min-max "
-                 f"of N trials)", fontsize=10)
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        angle_panel_axes(ax, q, subspace)
+    save_angle_figure(fig, axes, path, ncol=6, bottom=0.12,
+                      title=f"{M['title']}: k = {k}, l = {l}, q = {', '.join(map(str, qs))} "
+                            f"(lines: true spectrum, dashes: padded approximate spectrum; band: "
+                            f"min-max of N trials)")
 
 
 # --------------------------------------------------------------------------------------
@@ -745,12 +760,7 @@ def run(args, argv=None):
                "not_evaluated": skipped, "pngs": pngs}
     (out / "results.json").write_text(json.dumps(results, indent=2, default=float))
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
-    with open(out / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
-        w.writeheader()
-        for row in all_rows:
-            w.writerow({k: (f"{v:.17g}" if isinstance(v, (float, np.floating)) else v)
-                        for k, v in row.items()})
+    write_csv(out / "results.csv", all_rows, CSV_FIELDS, exact=True)
     print(f"\nThesis observations (Sec. subsec:experiment_canonical_angle), {cfg['wall_s']:.1f} s:")
     print_data_sources(mats)
     for c in claims:

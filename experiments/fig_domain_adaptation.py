@@ -35,7 +35,6 @@ float32 rounding.
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 import time
@@ -47,7 +46,7 @@ from tqdm import tqdm
 from rdr_jax.dac import domain_adaptation as DA
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, floats, ints, parser, run_main  # noqa: E402
+from _common import env_info, floats, ints, parser, run_main, write_csv  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_domain_adaptation"
 
@@ -105,10 +104,7 @@ def run(args, argv=None):
     res = {"config": cfg, "rows": rows, "claims": claims}
     (out / "results.json").write_text(json.dumps(res, indent=2))
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
-    with open(out / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out / "results.csv", rows)
     plot(args, rows, out / "fig_domain_adaptation.png")
     print(f"# apx:case_ood | d = {args.d}, d_iv = {args.d_iv}, d_e = {args.d_e}, alpha = "
           f"{args.alpha}, sigma = {args.sigma}, {args.draws} source data sets per N")

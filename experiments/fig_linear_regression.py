@@ -32,7 +32,6 @@ rounding.
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 import time
@@ -45,7 +44,7 @@ from tqdm import tqdm
 from rdr_jax.dac import linear as L
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, ints, parser, run_main  # noqa: E402
+from _common import env_info, ints, parser, run_main, write_csv  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_linear_regression"
 TOL = 0.05
@@ -128,10 +127,7 @@ def run(args, argv=None):
     res = {"config": cfg, "rows": rows, "claims": claims}
     (out / "results.json").write_text(json.dumps(res, indent=2))
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
-    with open(out / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out / "results.csv", rows)
     plot(rows, args, out / "fig_linear_regression.png")
     print(f"# fig:linear_regression | d = {args.d}, N = {args.N}, sigma = {args.sigma}, "
           f"{args.draws} noise draws per design")

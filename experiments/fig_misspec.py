@@ -48,7 +48,6 @@ closed form to 1e-6.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import sys
@@ -63,7 +62,7 @@ from tqdm import tqdm
 from rdr_jax.dac import linear as L
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, floats, ints, parser, run_main  # noqa: E402
+from _common import env_info, floats, ints, parser, run_main, write_csv  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_misspec"
 THESIS_LAMBDA = 3.2
@@ -183,10 +182,7 @@ def run(args, argv=None):
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     fields = ["figure", "design", "d_aug", "lam", "lam_opt", "dac_exact", "dac_bias", "dac_var",
               "dac_mc", "dac_se", "dac_opt_exact", "dac_opt_mc", "erm_exact", "erm_mc", "erm_se"]
-    with open(out / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(lam_rows + daug_rows)
+    write_csv(out / "results.csv", lam_rows + daug_rows, fields, extrasaction="ignore")
     plot_lambda(args, lam_rows, design_rows, summary, out / "fig_misspec_lambda.png")
     plot_daug(args, summary, out / "fig_misspec_daug.png")
     print_report(args, sigma, design_rows, summary, claims)

@@ -82,7 +82,6 @@ floor (FLOOR).
 
 from __future__ import annotations
 
-import csv
 import functools
 import json
 import math
@@ -100,9 +99,10 @@ from rdr_jax import angles, matrices
 from rdr_jax.angles._common import sines_orthonormal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, loadavg, parser, run_main  # noqa: E402
-from fig_canonical_angles import (FLOOR, ORDER, QUICK_MATRICES, load_matrix,  # noqa: E402
-                                  parse_configs, print_data_sources)
+from _common import env_info, loadavg, parser, run_main, write_csv  # noqa: E402
+from fig_canonical_angles import (FLOOR, ORDER, QUICK_MATRICES, angle_panel_axes,  # noqa: E402
+                                  load_matrix, parse_configs, print_data_sources,
+                                  save_angle_figure)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_space_agnostic_bounds"
 CONFIGS = {"digits": [(10, 40, (0, 1))]}
@@ -285,20 +285,11 @@ def plot_config(M, k, l, qs, series, panels, args, path):
             ax.text(0.98, 0.02, f"upper holds in {100 * hf['upper_thesis']:.0f}% (thesis) / "
                     f"{100 * hf['upper_calibrated']:.0f}% (calibrated)\nof {pan['trials']} "
                     f"rSVDs", transform=ax.transAxes, ha="right", va="bottom", fontsize=7)
-        sub = "U_k, U_hat_l" if subspace == "left" else "V_k, V_hat_l"
-        ax.set_title(f"sin angle({sub}), q = {q}", fontsize=10)
-        ax.set_yscale("log")
-        ax.set_xlabel("i")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("sin theta_i")
-    h, lab = axes[0][0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=5, fontsize=7.5, frameon=False)
-    fig.suptitle(f"{M['title']}: upper and lower space-agnostic bounds, k = {k}, l = {l}, "
-                 f"q = {', '.join(map(str, qs))} (lines: true spectrum, dashes: padded)",
-                 fontsize=10)
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        angle_panel_axes(ax, q, subspace)
+    save_angle_figure(fig, axes, path, ncol=5, bottom=0.14,
+                      title=f"{M['title']}: upper and lower space-agnostic bounds, k = {k}, "
+                            f"l = {l}, q = {', '.join(map(str, qs))} (lines: true spectrum, "
+                            f"dashes: padded)")
 
 
 THESIS_TAGS = {"gaussian_slow": "Gaussian-poly1", "gaussian_fast": "Gaussian-exp",
@@ -468,12 +459,7 @@ def run(args, argv=None):
                "pngs": pngs}
     (out / "results.json").write_text(json.dumps(results, indent=2, default=float))
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
-    with open(out / "results.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
-        w.writeheader()
-        for row in all_rows:
-            w.writerow({k: (f"{v:.17g}" if isinstance(v, (float, np.floating)) else v)
-                        for k, v in row.items()})
+    write_csv(out / "results.csv", all_rows, CSV_FIELDS, exact=True)
     print(f"\nThesis observations (Sec. subapx:sup_exp_upper_lower_space_agnostic), "
           f"{cfg['wall_s']:.1f} s:")
     print_data_sources(mats)

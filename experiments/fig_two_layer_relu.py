@@ -51,7 +51,6 @@ float64-exact and float32 runs flip quick-mode verdict (b).
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 import time
@@ -66,7 +65,7 @@ from tqdm import tqdm
 from rdr_jax.dac import two_layer as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import OUT_HELP, env_info, ints, loadavg, parser, run_main  # noqa: E402
+from _common import OUT_HELP, env_info, ints, loadavg, parser, run_main, write_csv  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_two_layer_relu"
 CLAIM = ("DAC beats DA-ERM for two-layer ReLU regression, by more for strong (large d_aug) and "
@@ -373,12 +372,7 @@ def run(args, argv=None):
     plot(rows, args.alphas, args.d_augs, png, args.soft_lam is not None)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=float))
     (out / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
-    fields = list(rows[0].keys())
-    with open(out / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        for r in rows:
-            w.writerow(r)
+    write_csv(out / "results.csv", rows)
     print(f"\nsummary ({cfg['wall_s']:.1f} s): " + "  ".join(
         f"{cid.split('_')[0]}: {'HELD' if c['held'] else 'NOT HELD'}"
         for cid, c in claims.items()))

@@ -42,7 +42,6 @@ float32 (``--dtype bfloat16`` for bf16 compute): network training; nothing here 
 from __future__ import annotations
 
 import copy
-import csv
 import json
 import os
 import sys
@@ -55,7 +54,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import env_info, host_threads, ints, parser, roc_auc  # noqa: E402
+from _common import env_info, host_threads, ints, parser, roc_auc, write_csv  # noqa: E402
 
 from rdr_jax.adawac import configs as adawac_configs  # noqa: E402
 from rdr_jax.adawac.data import has_foreground, load_acdc, load_synapse, make_subset  # noqa: E402
@@ -231,10 +230,7 @@ def run(args):
     results["env"] = env_info()
     for cid, cl in claims.items():
         print(f"  [{'HELD' if cl['held'] else 'NOT HELD'}] {cid}: {cl['detail']}")
-    with open(out / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out / "results.csv", rows)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=float))
     import matplotlib.pyplot as plt
     plt.close(plot_metrics(curves, ("loss", "dice", "ce", "cons"), out / "training_curves.png"))
