@@ -142,9 +142,9 @@ def cardiac_phantom_volume(rng: np.random.Generator, num_slices: int, size: int,
 @dataclasses.dataclass(frozen=True)
 class CardiacPhantomOptions:
     """How an ACDC-like phantom case looks (:func:`cardiac_phantom_cases`; the fields are the
-    keywords of :func:`cardiac_phantom_volume`): ``noise``, ``texture`` (>= 0), ``deform``
-    (in [0, 0.4): the deformed radius stays positive) and ``heart_extent`` ``(low, high)``,
-    ``0 < low <= high <= 1``."""
+    keywords of :func:`rdr_jax.adawac.cardiac_phantom.cardiac_phantom_volume`): ``noise``,
+    ``texture`` (>= 0), ``deform`` (in [0, 0.4): the deformed radius stays positive) and
+    ``heart_extent`` ``(low, high)``, ``0 < low <= high <= 1``."""
 
     noise: float = 0.04
     deform: float = 0.08

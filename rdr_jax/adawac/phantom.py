@@ -60,7 +60,8 @@ def _smooth_field(rng: np.random.Generator, channels: int, shape: tuple[int, int
 
 @dataclasses.dataclass(frozen=True)
 class PhantomOptions:
-    """How a Synapse-like phantom case looks (:func:`phantom_volume`, :func:`phantom_cases`).
+    """How a Synapse-like phantom case looks (:func:`rdr_jax.adawac.phantom.phantom_volume`,
+    :func:`rdr_jax.adawac.phantom.phantom_cases`).
 
     Attributes:
         deform: amplitude of the shape deformation (>= 0). z_scale: ``(low, high)``,

@@ -460,7 +460,7 @@ def _mc(key, X, X_aug, theta_star, sigma, lam, cfg: _MCConfig):
 class MonteCarloOptions:
     """What :func:`monte_carlo_risks` measures: ``risk`` ``"augmented"`` (``W = A~(X)``) or
     ``"original"`` (``W = X``), and ``rtol``, the rank tolerance of the augmentation subspace
-    (None: :func:`default_rtol`; else a finite number >= 0)."""
+    (None: ``default_rtol``; else a finite number >= 0)."""
 
     risk: str = "augmented"
     rtol: Optional[float] = None
