@@ -10,7 +10,8 @@ Run (from the repository root)::
     python experiments/report.py --list             # the scripts and their commands
 
 This module is the engine. What it runs and what the page says by hand (the jobs, the notes on
-claims, the causes of NOT HELD, errata, same-run groups, every thesis figure and table) is data
+claims, the causes of NOT HELD, errata, same-run groups, every thesis figure and table, the
+criteria and earlier counts the page shows) is data
 in ``experiments/report_tables.toml`` (:data:`TABLES_FILE`; its header comment documents the
 format), read once at import by :func:`load_tables`, which checks every entry and raises
 :class:`TablesError` naming the entry and the field when one is malformed. The module-level
@@ -318,6 +319,8 @@ class Tables(NamedTuple):
     not_held_causes: tuple[tuple[str, str, str, str], ...]
     errata: tuple[tuple[str, str], ...]
     thesis_items: tuple[tuple[str, int, str, tuple[str, ...], str], ...]
+    criteria: tuple[tuple[str, str], ...]
+    earlier_counts: tuple[tuple[str, Mapping[str, tuple[int, int, int, int]]], ...]
 
 
 #: each table's fields: name -> required
@@ -337,6 +340,8 @@ _FIELDS: dict[str, dict[str, bool]] = {
     "not_held_causes": {"job": True, "claim": True, "cause": True, "why": True},
     "errata": {"where": True, "what": True},
     "thesis_items": {"label": True, "chapter": True, "what": True, "jobs": True, "why": False},
+    "criteria": {"words": True, "criterion": True},
+    "earlier_counts": {"source": True, "text": True, "counts": True},
 }
 
 
@@ -526,6 +531,21 @@ def load_tables(path: Union[str, Path] = TABLES_FILE) -> Tables:
             e.fail("why", "missing: a thesis item that no job reproduces needs the reason")
         thesis_items.append((e.str("label"), e.one_of("chapter", tuple(CHAPTERS), "chapter"),
                              e.text("what"), item_jobs, why))
+    earlier = []
+    for e in entries("earlier_counts"):
+        counts = e.raw["counts"]
+        if not isinstance(counts, dict):
+            e.fail("counts", f"must be a table {{data kind = [4 counts]}}; got {counts!r}")
+        for kind, v in counts.items():
+            if kind not in KINDS:
+                e.fail("counts", f"unknown data kind {kind!r} (allowed: "
+                                 f"{', '.join(map(repr, KINDS))})")
+            if (not isinstance(v, list) or len(v) != 4
+                    or not all(isinstance(x, int) and not isinstance(x, bool) for x in v)):
+                e.fail("counts", f"{kind!r} needs [HELD, NOT HELD, NOT RUN, NOT EVALUATED] "
+                                 f"(four integers); got {v!r}")
+        e.text("source")
+        earlier.append((e.text("text"), {k: tuple(v) for k, v in counts.items()}))
     return Tables(
         jobs=tuple(jobs), claim_notes=tuple(claim_notes),
         same_runs=tuple((job_name(e), e.str("claim"), e.text("repeats"))
@@ -540,7 +560,10 @@ def load_tables(path: Union[str, Path] = TABLES_FILE) -> Tables:
                                e.one_of("cause", CAUSES, "cause"), e.text("why"))
                               for e in entries("not_held_causes")),
         errata=tuple((e.text("where"), e.text("what")) for e in entries("errata")),
-        thesis_items=tuple(thesis_items))
+        thesis_items=tuple(thesis_items),
+        criteria=tuple((e.text("words"), e.text("criterion").replace("{min_draws}", str(
+            MIN_DRAWS)).replace("{causes}", ", ".join(CAUSES))) for e in entries("criteria")),
+        earlier_counts=tuple(earlier))
 
 
 TABLES = load_tables()
@@ -573,6 +596,11 @@ NOT_HELD_CAUSES = TABLES.not_held_causes
 ERRATA = TABLES.errata
 #: every figure and table of the thesis: (label, chapter, what, job names, why not reproduced)
 THESIS_ITEMS = TABLES.thesis_items
+#: the thesis' words and the criterion each is checked with (shown on the page)
+CRITERIA = TABLES.criteria
+#: the counts of earlier reports: (the sentence's start, kind -> (HELD, NOT HELD, NOT RUN,
+#: NOT EVALUATED)), shown below the counts by data kind
+EARLIER_COUNTS = TABLES.earlier_counts
 
 
 # ======================================================================================
@@ -1632,55 +1660,6 @@ def cause_table(results: Sequence[JobResult]) -> list[str]:
     return L
 
 
-#: the counts of the report before issue 23 (commit 7f8e1f5's docs/reproduction.md, every
-#: verdict from quick mode), its summary rows classified by the data they rest on (digits and
-#: phantom rows: stand-in; `--matrix real` / `--dataset mnist`: real substitute; the rest:
-#: the thesis' own synthetic settings): kind -> (HELD, NOT HELD, NOT RUN, NOT EVALUATED)
-BEFORE_COUNTS: dict[str, tuple[int, int, int, int]] = {
-    THESIS_DATA: (40, 7, 9, 2), REAL_SUBSTITUTE: (14, 1, 0, 2), STAND_IN: (17, 18, 0, 0)}
-#: the counts before issue 31's counting rules (commit 1108a87's docs/reproduction.md: quick-mode
-#: and single-seed verdicts, loaded timings and one-draw "at every k" claims counted, one
-#: erratum counted five times): kind -> (HELD, NOT HELD, NOT RUN, NOT EVALUATED)
-BEFORE_ISSUE31: dict[str, tuple[int, int, int, int]] = {
-    THESIS_DATA: (93, 20, 7, 0), REAL_SUBSTITUTE: (26, 29, 0, 2), STAND_IN: (8, 17, 0, 0)}
-
-#: the thesis' words and the criterion each is checked with (shown on the page)
-CRITERIA: tuple[tuple[str, str], ...] = (
-    ("\"considerably\" more accurate (Ch. 2)",
-     "error ratio >= 1.1 at every k of the grid, for each comparator separately"),
-    ("\"similar\" accuracy (Ch. 2)",
-     "max/min of the errors within the stated tolerance at every k, in both the Frobenius and "
-     "the spectral norm"),
-    ("run-time claims (Ch. 2)",
-     ">= 3 timed repeats, medians; a comparison is decided only when the medians differ by more "
-     "than the repeats' spread, in either direction"),
-    ("\"at every k\" (Ch. 2)",
-     f"the median of >= {MIN_DRAWS} draws per k; with fewer the claim is NOT EVALUATED (draws)"),
-    ("run-time claims: the machine",
-     "decided only when the 1- and 5-minute load averages recorded at the run's start and end "
-     "stayed below the core count; otherwise NOT EVALUATED (load), or NOT EVALUATED (no load "
-     "record) when the run recorded none"),
-    ("\"improves\", \"outperforms\" in training tables (Ch. 4, 5)",
-     ">= 5 seeds (Ch. 4) / >= 3 seeds (Ch. 5); paired differences (same seed, same data) and "
-     "HELD only when the mean paired gain exceeds 2 standard errors in the thesis' direction"),
-    ("\"little improvement\", \"similar\" (tolerance claims)",
-     "the page states the smallest effect the test could tell apart (its band plus 2 paired "
-     "SE); INCONCLUSIVE (not HELD) when the band would also pass the effect it is meant to set "
-     "apart, measured in the same run, or the thesis' effect is below the detectable one"),
-    ("quick mode, single seed",
-     "a smoke test of the direction: listed as NOT EVALUATED (quick mode / single seed), never "
-     "counted"),
-    ("statements we reworded or thresholds we chose",
-     "marked (ours) in the claim column; the thesis' own words are quoted per script"),
-    ("NOT HELD", "every one carries a specific reason backed by a measurement and a cause "
-                 "from a fixed list (" + ", ".join(CAUSES) + "); the generator refuses to "
-                 "write the page when one has no reason or no such cause"),
-    ("counting", "a run backs one claim of a given meaning; repeats are shown as SAME RUN, and "
-                 "a thesis erratum met by several claims as SAME ERRATUM after the first; "
-                 "neither is counted"),
-)
-
-
 def _claim_text(c: Claim) -> str:
     text = c.text or c.cid.replace("_", " ")
     return f"(ours) {text}" if c.wording == "ours" else text
@@ -1892,14 +1871,11 @@ def build_markdown(results: Sequence[JobResult], figures: Mapping[str, Sequence[
           f"offline; *{STAND_IN}*: synthetic or toy data (phantoms, scikit-learn's digits) "
           "kept as CI-size smoke tests.", ""]
     L += kind_table(results)
-    L += ["", "Before issue 31's counting rules (quick-mode and single-seed verdicts, loaded "
-          "timings and one-draw 'at every k' claims counted, one erratum counted five times): "
-          + "; ".join(f"{k}: {h} HELD, {nh} NOT HELD, {nr} NOT RUN, {ne} NOT EVALUATED"
-                      for k, (h, nh, nr, ne) in BEFORE_ISSUE31.items()) + ".",
-          "", "Before this report was rebuilt for full runs on real data (issue 23; all from "
-          "quick mode): " + "; ".join(
-              f"{k}: {h} HELD, {nh} NOT HELD, {nr} NOT RUN, {ne} NOT EVALUATED"
-              for k, (h, nh, nr, ne) in BEFORE_COUNTS.items()) + ".", ""]
+    for text, counts in EARLIER_COUNTS:
+        L += ["", text + ": " + "; ".join(
+            f"{k}: {h} HELD, {nh} NOT HELD, {nr} NOT RUN, {ne} NOT EVALUATED"
+            for k, (h, nh, nr, ne) in counts.items()) + "."]
+    L.append("")
     L += ["### Why the NOT HELD did not hold", "",
           "Each NOT HELD names one cause from a fixed list; the generator refuses any other.",
           ""]

@@ -700,6 +700,11 @@ def test_tables_file_is_what_the_engine_uses():
     # a table of texts by data set ("@rand_err_labels")
     assert R.find_note("fig_rand_err_rank", "b_x").label["lfw"].startswith("fig:rand-err")
     assert R.TOLERANCE_CLAIMS[0][2].thesis_effect == 79.04 - 76.66
+    # placeholders of the criteria are filled in
+    crit = dict(R.CRITERIA)
+    assert f">= {R.MIN_DRAWS} draws per k" in crit['"at every k" (Ch. 2)']
+    assert ", ".join(R.CAUSES) in crit["NOT HELD"]
+    assert [list(c) for _, c in R.EARLIER_COUNTS] == [list(R.KINDS)] * 2
 
 
 _BROKEN = [  # (what is replaced, by what, what the error must name)
@@ -725,6 +730,8 @@ _BROKEN = [  # (what is replaced, by what, what the error must name)
     ('wording = "ours"', 'wording = "our"', ["claim_notes[", "field 'wording'"]),
     ('\n[[errata]]\n', '\n[[erata]]\n', ["unknown table 'erata'"]),
     ('[[jobs]]\nname = "kahan_demo"', '[[jobs]]\nname = kahan_demo', ["not valid TOML"]),
+    ('"real substitute" = [26, 29, 0, 2]', '"real substitute" = [26, 29, 0]',
+     ["earlier_counts[0]", "field 'counts'", "four integers"]),
 ]
 
 
