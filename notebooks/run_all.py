@@ -187,31 +187,70 @@ def environ(changes: dict[str, str | None]):
         apply(saved)
 
 
+def kernel_environ(setting: str) -> dict[str, str | None]:
+    """The environment a notebook kernel starts with for run size ``setting``."""
+    if setting not in SETTINGS:
+        raise ValueError(f"setting must be one of {SETTINGS}; got {setting!r}")
+    return {"RDR_JAX_QUICK": "1" if setting == "quick" else None,
+            "RDR_JAX_FULL": "1" if setting == "full" else None,
+            "MPLBACKEND": "module://matplotlib_inline.backend_inline", "TQDM_DISABLE": "1",
+            # tqdm.auto's "install ipywidgets" hint (a kernel without ipywidgets), not a result
+            "PYTHONWARNINGS": "ignore:IProgress not found"}
+
+
+#: run in a shared kernel (:func:`start_kernel`) before each notebook: an empty namespace, no
+#: open figure, the notebooks' folder as working directory (imported modules stay loaded)
+RESET_SOURCE = f"""%reset -f
+import os, matplotlib.pyplot
+os.chdir({str(NOTEBOOK_DIR)!r})
+matplotlib.pyplot.close("all")
+%reset -f"""
+
+
+def start_kernel(setting: str):
+    """Start one kernel for several :func:`execute` calls (``kernel=``) on run size ``setting``:
+    they share its start-up and imports (the test suite runs the five notebooks in one).
+    Shut it down with ``kernel.shutdown_kernel(now=True)``."""
+    from jupyter_client.manager import KernelManager
+    km = KernelManager(kernel_name="python3")
+    with environ(kernel_environ(setting)):               # the kernel inherits it
+        km.start_kernel(cwd=str(NOTEBOOK_DIR))
+    km.rdr_jax_setting = setting
+    return km
+
+
 def execute(path: pathlib.Path, setting: str = "default", *, header: bool = True,
-            timings: bool = False):
+            timings: bool = False, kernel=None):
     """Execute the notebook at ``path`` on run size ``setting`` and return it (not written).
 
     The kernel starts in ``notebooks/`` with ``RDR_JAX_QUICK`` / ``RDR_JAX_FULL`` set for
     ``setting``, the inline matplotlib backend, tqdm progress bars disabled and tqdm's
-    "IProgress not found" warning silenced.
+    "IProgress not found" warning silenced. ``kernel``: a kernel from :func:`start_kernel`
+    (same ``setting``) to run in instead, after :data:`RESET_SOURCE`.
     With ``timings``, returns ``(notebook, {cell index: seconds})``.
     Raises ``nbclient.exceptions.CellExecutionError`` when a cell fails.
     """
-    if setting not in SETTINGS:
-        raise ValueError(f"setting must be one of {SETTINGS}; got {setting!r}")
+    env = kernel_environ(setting)
     nb = nbformat.read(path, as_version=4)
     if header:
         set_header(nb, path.name)
-    env = {"RDR_JAX_QUICK": "1" if setting == "quick" else None,
-           "RDR_JAX_FULL": "1" if setting == "full" else None,
-           "MPLBACKEND": "module://matplotlib_inline.backend_inline", "TQDM_DISABLE": "1",
-           # tqdm.auto's "install ipywidgets" hint (a kernel without ipywidgets), not a result
-           "PYTHONWARNINGS": "ignore:IProgress not found"}
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                            record_timing=True, coalesce_streams=True,
-                            resources={"metadata": {"path": str(path.parent)}})
-    with environ(env):                                   # the kernel inherits it
-        client.execute()
+    options = dict(timeout=CELL_TIMEOUT_S, kernel_name="python3", record_timing=True,
+                   coalesce_streams=True, resources={"metadata": {"path": str(path.parent)}})
+    if kernel is None:
+        with environ(env):                               # the kernel inherits it
+            NotebookClient(nb, **options).execute()
+    else:
+        if getattr(kernel, "rdr_jax_setting", None) != setting:
+            raise ValueError(f"the kernel was started for setting "
+                             f"{getattr(kernel, 'rdr_jax_setting', None)!r}, not {setting!r}")
+        reset = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(RESET_SOURCE)])
+        for book in (reset, nb):
+            client = NotebookClient(book, km=kernel, **options)
+            try:
+                client.execute()
+            finally:
+                if client.kc is not None:
+                    client.kc.stop_channels()
     seconds = cell_seconds(nb)
     strip_volatile(nb)
     nb.metadata["rdr_jax"] = {"code_sha256": code_sha256(nb), "setting": setting}

@@ -211,9 +211,37 @@ def test_install_cell_does_nothing_outside_colab(monkeypatch):
 
 
 # ------------------------------------------------------------------ execution (CI sizes)
+@pytest.fixture(scope="module")
+def quick_kernel():
+    """One kernel for all notebooks (``run_all.start_kernel``): each notebook starts from an
+    empty namespace, and the kernel's start-up and imports (jax, rdr_jax, flax, matplotlib)
+    are paid once. That each notebook also runs alone, in its own kernel, is what
+    ``test_committed_notebook_is_current`` checks (its outputs come from such a run of the
+    current code)."""
+    km = run_all.start_kernel("quick")
+    yield km
+    km.shutdown_kernel(now=True)
+
+
+def test_shared_kernel_is_reset_between_notebooks(quick_kernel, tmp_path):
+    """A name defined by one notebook is gone in the next; the working directory is back."""
+    first = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os\nleft_over = 1\nos.chdir('..')")])
+    second = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os\nprint('left_over' in dir(), os.getcwd())")])
+    run_all.execute(_write(first, tmp_path, "first.ipynb"), "quick", header=False,
+                    kernel=quick_kernel)
+    nb = run_all.execute(_write(second, tmp_path, "second.ipynb"), "quick", header=False,
+                         kernel=quick_kernel)
+    assert run_all.outputs_of(nb, "stream")[0]["text"].split() == [
+        "False", str(run_all.NOTEBOOK_DIR)]
+    with pytest.raises(ValueError, match="started for setting 'quick'"):
+        run_all.execute(NOTEBOOKS[0], "default", kernel=quick_kernel)
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_notebook_runs_on_quick_settings(path):
-    nb = run_all.execute(path, "quick")                  # raises on a failing cell
+def test_notebook_runs_on_quick_settings(path, quick_kernel):
+    nb = run_all.execute(path, "quick", kernel=quick_kernel)   # raises on a failing cell
     assert not run_all.outputs_of(nb, "error")
     assert run_all.images(nb) >= 1
     assert run_all.headline_verdicts(nb)                 # printed; quick sizes need not hold
