@@ -100,3 +100,11 @@ def x64():
     is never flipped between cases)."""
     with jax.enable_x64(True):
         yield
+
+
+@pytest.fixture(scope="session")
+def multidevice(tmp_path_factory, worker_id):
+    """``{job: {"result": ...} or {"error": traceback}}`` of the one 8-device subprocess that
+    runs the suite's multi-device checks (``tests/_multidevice.py``); once per session."""
+    from tests import _multidevice
+    return _multidevice.results(tmp_path_factory, worker_id)

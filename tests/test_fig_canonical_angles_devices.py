@@ -1,38 +1,41 @@
 """``fig_canonical_angles --devices N``: the estimator's Monte-Carlo trials split over N
-devices (``EstimateOptions(mesh=)``) give the one-device results (2 virtual CPU devices,
-subprocesses)."""
+devices (``unbiased_estimate(mesh=)``) give the one-device results (the script's ``main``,
+run for 1 and 2 devices in the suite's 8-device subprocess, ``tests/_multidevice.py``)."""
 
 import csv
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests import _multidevice
+
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "experiments" / "fig_canonical_angles.py"
 ARGS = ["--quick", "--matrix", "gaussian_fast", "--size", "100", "--configs", "8:32:0,1",
         "--num-trials", "4"]
 
 
-def _run(tmp_path, devices, extra=()):
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "")
-                        + " --xla_force_host_platform_device_count=2").strip()
-    out = tmp_path / f"d{devices}"
-    r = subprocess.run([sys.executable, str(SCRIPT), *ARGS, *extra, "--devices", str(devices),
-                        "--out", str(out)], capture_output=True, text=True, timeout=600,
-                       env=env, cwd=ROOT)
-    return r, out
+def devices_job(workdir):
+    """``{"d1"|"d2": {"rows": results.csv rows, "config": config.json}}`` (a job of
+    ``tests/_multidevice.py``)."""
+    from tests.conftest import load_experiment
+    mod = load_experiment("fig_canonical_angles")
+    out = {}
+    for devices in (1, 2):
+        d = workdir / f"d{devices}"
+        mod.main([*ARGS, "--devices", str(devices), "--out", str(d)])
+        with open(d / "results.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        out[f"d{devices}"] = {"rows": rows,
+                              "config": json.loads((d / "config.json").read_text())}
+    return out
 
 
-def test_trials_over_two_devices_match_one_device(tmp_path):
-    (r1, o1), (r2, o2) = _run(tmp_path, 1), _run(tmp_path, 2)
-    assert r1.returncode == 0, r1.stderr[-3000:]
-    assert r2.returncode == 0, r2.stderr[-3000:]
-    assert json.loads((o2 / "config.json").read_text())["devices"] == 2
-    rows1 = list(csv.DictReader(open(o1 / "results.csv")))
-    rows2 = list(csv.DictReader(open(o2 / "results.csv")))
+def test_trials_over_two_devices_match_one_device(multidevice):
+    runs = _multidevice.job(multidevice, "canonical_angles_devices")
+    assert runs["d2"]["config"]["devices"] == 2
+    rows1, rows2 = runs["d1"]["rows"], runs["d2"]["rows"]
     assert len(rows1) == len(rows2) == 2 * 2 * 8        # q x subspaces x i
     for a, b in zip(rows1, rows2):
         for key in a:
@@ -42,13 +45,15 @@ def test_trials_over_two_devices_match_one_device(tmp_path):
                 assert a[key] == b[key], (key, a[key], b[key])
 
 
-def test_devices_must_divide_the_trials(tmp_path):
-    r, _ = _run(tmp_path, 3)
-    assert r.returncode == 2 and "--devices must be >= 1 and divide --num-trials (4)" in r.stderr
+def test_devices_must_divide_the_trials(script, tmp_path, capsys):
+    mod = script("fig_canonical_angles")
+    with pytest.raises(SystemExit) as e:
+        mod.main([*ARGS, "--devices", "3", "--out", str(tmp_path)])
+    assert e.value.code == 2
+    assert "--devices must be >= 1 and divide --num-trials (4)" in capsys.readouterr().err
 
 
 def test_trials_mesh_errors():
-    import pytest
     sys.path.insert(0, str(ROOT / "experiments"))
     from _common import trials_mesh
     assert trials_mesh(1, 3) is None

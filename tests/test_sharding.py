@@ -1,30 +1,25 @@
 """Sharded inputs, sharded algorithms and Monte-Carlo trials across devices (issue 13, 1-3).
 
-The cases run in ONE subprocess with ``XLA_FLAGS=--xla_force_host_platform_device_count=8``
-set before jax is imported (the pytest process itself has one CPU device). That process runs
-this file as a script (:func:`_worker`), loops over every case, and prints one JSON object of
-measurements that the tests below assert on: the JAX start-up and the compilations are paid
-once. Meshes with d = 1, 2, 4, 8 devices are built from the first d devices; A is 256 x 128
+The cases run in the suite's ONE subprocess with
+``XLA_FLAGS=--xla_force_host_platform_device_count=8`` set before jax is imported (the pytest
+process itself has one CPU device; ``tests/_multidevice.py``). There :func:`sharding_job`
+loops over every case and returns one JSON object of measurements that the tests below
+assert on: the JAX start-up and the compilations are paid once. Meshes with d = 1, 2, 4, 8 devices are built from the first d devices; A is 256 x 128
 with a decaying spectrum, k = 10, float64 (float32 for the CholeskyQR2 accuracy check).
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-_MARK = "SHARDING-RESULTS:"
+from tests import _multidevice
 
 
 # --------------------------------------------------------------------------------------
 # the worker (runs in the 8-device subprocess)
 # --------------------------------------------------------------------------------------
-def _worker():  # noqa: C901 - one flat list of cases, on purpose
+def sharding_job(workdir):  # noqa: C901 - one flat list of cases, on purpose
+    """The measurements the tests below assert on (a job of ``tests/_multidevice.py``)."""
     import re
 
     import jax
@@ -204,40 +199,17 @@ def _worker():  # noqa: C901 - one flat list of cases, on purpose
     out["bad/trials"] = error_of(lambda: R.angles.unbiased_estimate(
         key, s, 5, 20, 1, num_trials=3, options=R.angles.EstimateOptions(mesh=mesh8)))
     out["bad/orthonormalize"] = error_of(lambda: R.rangefinder(key, Aj, 5, orthonormalize="gs"))
-    print(_MARK + json.dumps(out))
+    return out
 
 
 # --------------------------------------------------------------------------------------
 # pytest side
 # --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def results(tmp_path_factory, worker_id):
-    """The subprocess's results, computed once per test session: it is this module's whole
-    cost (~55 s), and pytest-xdist workers would each run it; the first worker to take the
-    lock runs it and caches the JSON in the session's shared temporary folder."""
-    if worker_id == "master":
-        return _run_subprocess()
-    shared = tmp_path_factory.getbasetemp().parent
-    with open(shared / "sharding_results.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        cache = shared / "sharding_results.json"
-        if not cache.exists():
-            cache.write_text(json.dumps(_run_subprocess()))
-        return json.loads(cache.read_text())
-
-
-def _run_subprocess():
-    env = dict(os.environ)
-    # backend optimisation level 0: ~30% less compile time; the HLO passes (SPMD
-    # partitioning, collectives) are unchanged, and references are computed in-process
-    env["XLA_FLAGS"] = ("--xla_force_host_platform_device_count=8 "
-                        "--xla_backend_optimization_level=0")
-    env["JAX_PLATFORMS"] = "cpu"
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    line = [x for x in proc.stdout.splitlines() if x.startswith(_MARK)]
-    assert proc.returncode == 0 and line, proc.stderr[-4000:]
-    return json.loads(line[-1][len(_MARK):])
+def results(multidevice):
+    """The measurements of :func:`sharding_job`, run in the suite's one 8-device subprocess
+    (``tests/_multidevice.py``)."""
+    return _multidevice.job(multidevice, "sharding")
 
 
 def test_eight_devices(results):
@@ -330,6 +302,3 @@ def test_bad_inputs(results, case, words):
     for w in words:
         assert w in err[1], err
 
-
-if __name__ == "__main__":
-    _worker()
