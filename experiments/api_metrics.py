@@ -173,6 +173,33 @@ def public_function_parameters() -> dict:
     return dict(sorted(out.items()))
 
 
+def concrete_type_branches(mods: dict | None = None) -> list[str]:
+    """``path:line`` of every test of a concrete pivot rule or sketch class in rdr_jax
+    (``type(x) is LUPP``, ``isinstance(x, (Gaussian, SRTT))``, ``type(x) in (...)``): issue
+    32's strategy objects replace them with declarations (target: none)."""
+    from rdr_jax.id_cur.selection import PIVOTS
+    from rdr_jax.sketching import SKETCHES
+    names = {c.__name__ for c in list(PIVOTS.values()) + list(SKETCHES.values())}
+
+    def named(node) -> bool:
+        elts = node.elts if isinstance(node, ast.Tuple) else [node]
+        return any(isinstance(e, (ast.Name, ast.Attribute)) and
+                   (e.id if isinstance(e, ast.Name) else e.attr) in names for e in elts)
+
+    out = []
+    for mod, path in (mods or _modules()).items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            hit = (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                   and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2
+                   and named(node.args[1]))
+            hit = hit or (isinstance(node, ast.Compare) and isinstance(node.left, ast.Call)
+                          and isinstance(node.left.func, ast.Name) and node.left.func.id == "type"
+                          and any(named(c) for c in node.comparators))
+            if hit:
+                out.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return sorted(out)
+
+
 def measure() -> dict:
     mods = _modules()
     edges, private = import_graph(mods)
@@ -184,7 +211,7 @@ def measure() -> dict:
             "import_cycles": cycles(edges),
             "private_cross_module_imports": private, "docstring_lines": doc, "code_lines": code,
             "docstring_ratio": round(doc / code, 3), "readme_lines": len(readme),
-            "modules": len(mods)}
+            "modules": len(mods), "concrete_type_branches": concrete_type_branches(mods)}
 
 
 def main(argv=None):
@@ -209,6 +236,10 @@ def main(argv=None):
     print(f"docstring lines / code lines: {m['docstring_lines']} / {m['code_lines']} = "
           f"{m['docstring_ratio']:.2f} (target <= 0.40)")
     print(f"README lines: {m['readme_lines']} (target <= 300); modules: {m['modules']}")
+    print(f"tests of a concrete pivot/sketch class: {len(m['concrete_type_branches'])} "
+          "(target 0)")
+    for p in m["concrete_type_branches"]:
+        print("  " + p)
     if args.json:
         Path(args.json).write_text(json.dumps(m, indent=1))
     return m

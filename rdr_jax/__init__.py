@@ -40,6 +40,7 @@ from rdr_jax.randomized_svd import RSVD, range_sketch, rangefinder, rsvd
 from rdr_jax.id_cur.selection import (CPQR, DEIM, LUPP, SRCUR, ColumnSelection, Leverage, Method,
     RowSelection, Skeletons, select_columns, select_rows, select_skeletons)
 from rdr_jax.sketching import SRTT, Gaussian, SparseSign
+from rdr_jax.id_cur.full_cpqr import FullCPQR
 from rdr_jax.id_cur.streaming import (StreamingSkeletons, cur_from_skeletons, retrieve_skeletons,
     streaming_sketches, streaming_skeletons)
 from rdr_jax import distributed
@@ -60,7 +61,7 @@ __all__ = [
     "DenseOperator", "FactoredOperator", "ImplicitOperator", "LinearOperator", "SparseOperator",
     "as_operator", "factored_operator", "implicit_operator",
     "RSVD", "range_sketch", "rangefinder", "rsvd",
-    "CPQR", "DEIM", "LUPP", "SRCUR", "Leverage", "Method", "ColumnSelection", "RowSelection",
+    "CPQR", "DEIM", "LUPP", "SRCUR", "Leverage", "FullCPQR", "Method", "ColumnSelection", "RowSelection",
     "Skeletons", "select_columns", "select_rows", "select_skeletons",
     "Gaussian", "SRTT", "SparseSign",
     "StreamingSkeletons", "cur_from_skeletons", "retrieve_skeletons", "streaming_sketches",

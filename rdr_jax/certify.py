@@ -22,8 +22,9 @@ import scipy.stats
 
 from rdr_jax._src import jit as _jit
 from rdr_jax._src import validation as V
+from rdr_jax._src.dense import mm
 from rdr_jax.diagnostics import low_rank_factors
-from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
+from rdr_jax.operators import LinearOperator, as_operator
 from rdr_jax.sketching import hash_normal
 
 __all__ = ["ErrorBound", "error_bound", "certify_factors", "bound_from_sample",
@@ -144,10 +145,6 @@ class _CertConfig:
     power_iters: int
 
 
-def _mm(a, b):
-    return jnp.matmul(a, b, precision=HIGHEST)
-
-
 def gaussian_test_vectors(key, n: int, s: int, dtype) -> jax.Array:
     """``n x s`` standard Gaussian test vectors from the counter-based generator
     :func:`rdr_jax.sketching.hash_normal` (3-4x faster than threefry on CPU); complex dtypes
@@ -163,10 +160,10 @@ def gaussian_test_vectors(key, n: int, s: int, dtype) -> jax.Array:
 
 def _lowrank_apply(F, G, H, X):
     """``F G H^H X`` (G None means identity), right to left."""
-    T = _mm(H.conj().T, X)
+    T = mm(H.conj().T, X)
     if G is not None:
-        T = _mm(G, T)
-    return _mm(F, T)
+        T = mm(G, T)
+    return mm(F, T)
 
 
 def _scaled_sq(X, rdt):
@@ -182,7 +179,7 @@ def _top_singular(X, rdt):
     the tall matrix would allocate m x m workspace)."""
     c, _ = _scaled_sq(X, rdt)
     Xs = X / c
-    lam = jnp.linalg.eigvalsh(_mm(Xs.conj().T, Xs))[-1]
+    lam = jnp.linalg.eigvalsh(mm(Xs.conj().T, Xs))[-1]
     return c * jnp.sqrt(jnp.maximum(lam, 0.0))
 
 

@@ -27,8 +27,8 @@ from jax.experimental import sparse as jsparse
 from rdr_jax import distributed
 from rdr_jax._src import fp
 from rdr_jax._src import validation as V
+from rdr_jax._src.dense import HIGHEST
 
-HIGHEST = jax.lax.Precision.HIGHEST
 
 # Largest (nnz x columns) intermediate a sparse product may materialise before it is done in
 # column blocks (elements). 2^26 float32 = 256 MiB.

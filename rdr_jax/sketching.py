@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, ClassVar, Union
+from typing import Any, Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -23,17 +23,41 @@ from rdr_jax._src import jit as _jit
 from rdr_jax._src import validation as V
 from rdr_jax.operators import as_operator, pytree_dataclass
 
-__all__ = ["Gaussian", "SRTT", "SparseSign", "SKETCHES", "as_sketch", "make_sketch",
+__all__ = ["Sketch", "Gaussian", "SRTT", "SparseSign", "SKETCHES", "as_sketch", "make_sketch",
            "hash_normal"]
 
+#: the name of each sketch (a subclass of :class:`Sketch` with a ``name`` registers itself)
+SKETCHES: dict[str, type] = {}
 
-class _Sketch:
-    """Shared part of the three sketches: a choice (``l is None``) or a drawn l x m sketch."""
+
+class Sketch:
+    """Base of the sketches: a choice (``l is None``) or a drawn l x m sketch. A new sketch is a
+    frozen dataclass subclass with ``draw``, ``todense`` and ``apply_dense``, a ``name`` (it
+    registers itself in :data:`SKETCHES`) and the declarations below, which the pipeline asks
+    instead of testing the class (``docs/design.md``, "Methods as strategy objects")."""
 
     l: int | None
     m: int | None
     dtype_: str | None
     _choice: ClassVar[tuple[str, ...]] = ()
+    #: the friendly name (``Method(sketch="gaussian")``)
+    name: ClassVar[str] = ""
+    #: ``Gamma`` does not depend on A (an oblivious subspace embedding): ``X = Gamma A``
+    #: then also sketches the skeleton block, ``X(:, J) = Gamma A(:, J)``
+    oblivious: ClassVar[bool] = True
+    #: the first l rows of an l' x m draw (l' >= l) are the l x m draw for the same key, so a
+    #: pipeline padded to a rank bucket selects the same skeletons
+    prefix_consistent: ClassVar[bool] = False
+    #: can be applied block by block in one pass (:func:`rdr_jax.streaming_sketches`)
+    streamable: ClassVar[bool] = False
+    #: ``Gamma A`` is a matmul at the backend's default precision (TF32/bf16 passes on
+    #: accelerators); ``apply_dense(Y, precision=HIGHEST)`` recomputes a product exactly
+    default_precision_product: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("name"):
+            SKETCHES[cls.name] = cls
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -136,7 +160,7 @@ _GENERATORS: dict[str, Callable] = {
 
 
 @pytree_dataclass(meta=("generator", "l", "m", "dtype_"))
-class Gaussian(_Sketch):
+class Gaussian(Sketch):
     """Gaussian embedding, entries i.i.d. ``N(0, 1/l)`` (complex: ``CN(0, 1/l)``), thesis
     Sec. 2.2.3 (1): with ``l = k + p`` it solves the randomized rangefinder problem.
 
@@ -156,6 +180,8 @@ class Gaussian(_Sketch):
 
     name: ClassVar[str] = "gaussian"
     streamable: ClassVar[bool] = True
+    prefix_consistent: ClassVar[bool] = True
+    default_precision_product: ClassVar[bool] = True
     _choice: ClassVar[tuple[str, ...]] = ("generator",)
 
     def __post_init__(self):
@@ -374,7 +400,7 @@ _TRANSFORMS = ("dct", "hartley", "fft")   # orthonormal DCT-II, Hartley (real), 
 
 
 @pytree_dataclass(meta=("transform", "permute", "l", "m", "dtype_"))
-class SRTT(_Sketch):
+class SRTT(Sketch):
     """Subsampled randomized trigonometric transform ``Gamma = sqrt(m/l) P T Phi Pi``, thesis
     Sec. 2.2.3 (2): a random row permutation ``Pi``, random signs ``Phi`` (unit phases for
     complex), an orthonormal transform ``T`` and l uniformly chosen rows ``P``. A dense
@@ -461,7 +487,7 @@ def _srtt(key, l: int, m: int, *, dtype=None, transform: str | None = None,
 # Sparse sign
 # --------------------------------------------------------------------------------------
 @pytree_dataclass(meta=("zeta", "l", "m", "dtype_"))
-class SparseSign(_Sketch):
+class SparseSign(Sketch):
     """Sparse sign embedding, thesis Sec. 2.2.3 (3): each column holds zeta signs
     ``+-1/sqrt(zeta)`` at distinct uniformly random rows; applied in O(nnz(A) zeta) without
     forming Gamma.
@@ -568,9 +594,7 @@ def _sparse_sign(key, l: int, m: int, zeta: int = 8, *, dtype=None) -> SparseSig
 
 
 # --------------------------------------------------------------------------------------
-#: the name of each sketch
-SKETCHES: dict[str, type] = {"gaussian": Gaussian, "srtt": SRTT, "sparse_sign": SparseSign}
-SketchChoice = Union[Gaussian, SRTT, SparseSign]
+SketchChoice = Sketch
 
 
 def as_sketch(sketch: Any, **options: Any) -> SketchChoice:
@@ -581,7 +605,7 @@ def as_sketch(sketch: Any, **options: Any) -> SketchChoice:
     Raises:
       ValueError: unknown name or option.
     """
-    if isinstance(sketch, (Gaussian, SRTT, SparseSign)):
+    if isinstance(sketch, Sketch):
         if options:
             raise ValueError(f"options {sorted(options)} given with a sketch object {sketch!r}; "
                              "set them on the object instead")

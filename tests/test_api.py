@@ -179,3 +179,10 @@ def test_signatures_show_the_new_parameters():
         "key", "A", "k", "side", "method", "on_rank_deficient"]
     assert list(inspect.signature(R.cur).parameters) == [
         "key", "A", "k", "method", "on_rank_deficient"]
+
+
+def test_no_code_tests_a_concrete_pivot_rule_or_sketch():
+    """Issue 32: the pipeline asks a rule's or sketch's declarations (``greedy``,
+    ``rows_by_lu``, ``refines``, ``prefix_consistent``, ...), never its class (14 such tests
+    in 0.2)."""
+    assert _metrics().concrete_type_branches() == []

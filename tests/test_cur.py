@@ -18,8 +18,9 @@ from rdr_jax.id_cur import decompositions as D
 from rdr_jax.id_cur import selection as SL
 from rdr_jax.id_cur import streaming as ST
 
-ALL_METHODS = ["Rand-LUPP", "Rand-LUPP-1piter", "Rand-CPQR", "Rand-CPQR-1piter", "RSVD-DEIM",
-               "RSVD-LS", "SRCUR"]
+from tests.methods import METHODS
+
+ALL_METHODS = sorted(METHODS)          # the one method list (tests/methods.py)
 
 
 def low_rank(rng, m, n, k, dtype, cond=10.0):
@@ -134,9 +135,9 @@ def test_exact_rank_reconstruction(method, dtype, rng):
     # covered there and in test_core_reference) for the other methods
     sides = ("column", "row", "two_sided") if method == "Rand-LUPP" else ("column",)
     for side in sides:
-        d = R.interpolative(key, A, k, side=side, method=method)
+        d = R.interpolative(key, A, k, side=side, method=METHODS[method])
         assert rel(A, d.todense()) < tol, (side, rel(A, d.todense()))
-    c = R.cur(key, A, k, method=method)
+    c = R.cur(key, A, k, method=METHODS[method])
     assert rel(A, c.todense()) < tol
     assert c.C.shape == (m, k) and c.U.shape == (k, k) and c.R.shape == (k, n)
     np.testing.assert_array_equal(np.asarray(c.C), A[:, np.asarray(c.cols)])

@@ -40,7 +40,8 @@ HIGHEST = jax.lax.Precision.HIGHEST
 NB = 32
 
 
-def _mm(a, b):
+def mm(a, b):
+    """``a @ b`` at HIGHEST precision (full float32/float64 passes on every backend)."""
     return jnp.matmul(a, b, precision=HIGHEST)
 
 
@@ -104,13 +105,13 @@ def _lower_left_solve(T, B, unit: bool):
     D = jnp.moveaxis(jnp.diagonal(T4, axis1=-4, axis2=-2), -1, -3)    # (..., nblk, nb, nb)
     Dinv = _lower_inverse_small(D, False)
     if nblk == 1:
-        return _mm(Dinv[..., 0, :, :], B)[..., :k, :]
+        return mm(Dinv[..., 0, :, :], B)[..., :k, :]
 
     def body(i, X):
         rows = jax.lax.dynamic_slice_in_dim(T, i * nb, nb, axis=-2)
-        rhs = jax.lax.dynamic_slice_in_dim(B, i * nb, nb, axis=-2) - _mm(rows, X)
+        rhs = jax.lax.dynamic_slice_in_dim(B, i * nb, nb, axis=-2) - mm(rows, X)
         Di = jax.lax.dynamic_index_in_dim(Dinv, i, axis=-3, keepdims=False)
-        return jax.lax.dynamic_update_slice_in_dim(X, _mm(Di, rhs), i * nb, axis=-2)
+        return jax.lax.dynamic_update_slice_in_dim(X, mm(Di, rhs), i * nb, axis=-2)
 
     X = jax.lax.fori_loop(0, nblk, body, jnp.zeros(B.shape, B.dtype))
     return X[..., :k, :]
@@ -131,7 +132,7 @@ def _triangular_solve_xla(a, b, left_side, lower, transpose_a, conjugate_a, unit
         # X op(a) = b: b (h x k) is typically tall (a basis): one GEMM with op(a)^{-1}
         # (the inverse by a blocked solve against I) instead of transposing b
         eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
-        return _mm(b, _triangular_solve_xla(a, eye, True, lower, False, False, unit_diagonal))
+        return mm(b, _triangular_solve_xla(a, eye, True, lower, False, False, unit_diagonal))
     if not lower:                                  # J a J is lower; a^{-1} b = J (J a J)^{-1} J b
         return jnp.flip(_lower_left_solve(_flip(a), jnp.flip(b, axis=-2), unit_diagonal),
                         axis=-2)
@@ -184,8 +185,8 @@ def _cholesky_xla_one(G):
         col = jax.lax.dynamic_slice(A, (0, i * nb), (K, nb))       # updated panel
         Ld = _cholesky_small(jax.lax.dynamic_slice(col, (i * nb, 0), (nb, nb)))
         below = (rows >= (i + 1) * nb)[:, None]
-        L21 = jnp.where(below, _mm(col, _ct(_lower_inverse_small(Ld, False))), 0)
-        A = A - _mm(L21, _ct(L21))                                 # trailing block only
+        L21 = jnp.where(below, mm(col, _ct(_lower_inverse_small(Ld, False))), 0)
+        A = A - mm(L21, _ct(L21))                                 # trailing block only
         new = L21 + jax.lax.dynamic_update_slice(jnp.zeros_like(col), Ld, (i * nb, 0))
         return jax.lax.dynamic_update_slice(A, new, (0, i * nb))
 
@@ -259,7 +260,7 @@ def _lu_xla_one(A):
         Mp = jnp.take(M, prow, axis=0, mode="fill", fill_value=0)
         U12 = _lower_left_solve(L11, jnp.where(trailing, Mp, 0), True)
         L21 = jnp.where((pos >= j0 + n_here)[:, None] & in_panel[None, :], P, 0)
-        M = M - _mm(L21, U12)
+        M = M - mm(L21, U12)
         M = M.at[prow].set(jnp.where(trailing, U12, Mp), mode="drop")
         M = jax.lax.dynamic_update_slice_in_dim(M, P, j0, axis=1)
         return M, perm, pos
@@ -353,7 +354,7 @@ def _qr_r_xla_one(A, f: int):
         v = jnp.where(tail, x / denom, 0).at[t].set(1).astype(A.dtype)
         v = jnp.where(rows >= t, v, 0)
         later = jnp.arange(nb) > j
-        w = _mm(v.conj()[None, :], P)[0]                              # v^H P
+        w = mm(v.conj()[None, :], P)[0]                              # v^H P
         P = P - jnp.where(later[None, :], jnp.conj(tau_t) * jnp.outer(v, w), 0)
         newcol = jnp.where(rows < t, x, 0).at[t].set(jnp.where(trivial, alpha, beta))
         P = P.at[:, j].set(newcol.astype(A.dtype))
@@ -361,11 +362,11 @@ def _qr_r_xla_one(A, f: int):
 
     def t_factor(V, tau):
         """Upper triangular T with ``H_1 ... H_nb = I - V T V^H`` (LAPACK dlarft)."""
-        VV = _mm(_ct(V), V)
+        VV = mm(_ct(V), V)
         idx = jnp.arange(nb)
 
         def body(j, T):
-            col = -tau[j] * _mm(T, jnp.where(idx < j, VV[:, j], 0)[:, None])[:, 0]
+            col = -tau[j] * mm(T, jnp.where(idx < j, VV[:, j], 0)[:, None])[:, 0]
             col = jnp.where(idx < j, col, 0).at[j].set(tau[j])
             return T.at[:, j].set(col)
 
@@ -379,8 +380,8 @@ def _qr_r_xla_one(A, f: int):
         P, V, tau, _ = jax.lax.fori_loop(j0, j0 + nb, reflect, (P, V0, tau0, j0))
         T = t_factor(V, tau)
         after = (jnp.arange(C) >= j0 + nb)[None, :]
-        W = _mm(_ct(T), _mm(_ct(V), jnp.where(after, M, 0)))           # T^H V^H A_trail
-        M = M - _mm(V, W)
+        W = mm(_ct(T), mm(_ct(V), jnp.where(after, M, 0)))           # T^H V^H A_trail
+        M = M - mm(V, W)
         return jax.lax.dynamic_update_slice(M, P, (0, j0))
 
     M = jax.lax.fori_loop(0, F // nb, panel, A)

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from rdr_jax._src import dense
-
-HIGHEST = jax.lax.Precision.HIGHEST
+from rdr_jax._src import validation as V
+from rdr_jax._src.dense import mm
 
 #: squarings of ``T T^H`` in :func:`norm2_bound`: the bound is at most ``k^(1/512)`` above
 #: ``||T||_2`` (0.8% for k = 50, 1.4% for k = 1000)
@@ -33,10 +33,6 @@ SQUARINGS = 8
 #: Newton-Schulz steps of :func:`precond_qr`: the error of ``(Q^H Q)^{-1}`` goes from
 #: ``delta`` to ``delta^(2^3)``
 NS_STEPS = 3
-
-
-def mm(a, b):
-    return jnp.matmul(a, b, precision=HIGHEST)
 
 
 def ct(a):
@@ -52,10 +48,6 @@ def gram(Y):
 
 def eps(dtype) -> float:
     return float(np.finfo(np.dtype(dtype)).eps)
-
-
-def real_dtype(dtype):
-    return np.finfo(np.dtype(dtype)).dtype
 
 
 def solve_triangular(a, b, *, left: bool, lower: bool, trans: bool = False,
@@ -105,7 +97,7 @@ def damping(X1):
     """``d = eps ||X_1||_F`` (1 for an all-zero block): the damping of :func:`damped_block`,
     the rounding level of the block. It keeps every triangular solve finite; which columns
     count is decided by ``independent``."""
-    rdt = real_dtype(X1.dtype)
+    rdt = V.real_dtype(X1.dtype)
     d = eps(rdt) * jnp.sqrt(jnp.sum(jnp.abs(X1) ** 2, axis=(-2, -1))).astype(rdt)
     return jnp.where(d > 0, d, 1.0)
 
@@ -153,7 +145,7 @@ def lam_max_bound(G, squarings: int = SQUARINGS):
     ``lambda_max`` (k the order), inflated by ``1 + 4 k u`` for the rounding of the
     squarings. 0 for ``G = 0``; NaN in G gives NaN."""
     k = G.shape[-1]
-    rdt = real_dtype(G.dtype)
+    rdt = V.real_dtype(G.dtype)
 
     def trace(H):
         return jnp.real(jnp.trace(H, axis1=-2, axis2=-1)).astype(rdt)
@@ -202,7 +194,7 @@ def _cholesky(G):
     before it exclude -- the diagonal (Jacobi) factor is used instead: the result stays
     finite and :func:`precond_qr` degrades to a regularised least-squares solution."""
     k = G.shape[-1]
-    rdt = real_dtype(G.dtype)
+    rdt = V.real_dtype(G.dtype)
     dg = jnp.real(jnp.diagonal(G, axis1=-2, axis2=-1)).astype(rdt)
     s = eps(rdt) * jnp.sum(dg, axis=-1)
     L = dense.cholesky(G + (s[..., None, None] * jnp.eye(k, dtype=rdt)).astype(G.dtype))
@@ -289,10 +281,9 @@ def left_solves(pairs, separate: bool = False):
 
 def numerical_rank(R, valid, rows: int):
     """``#{|R_jj| > eps max(rows, k) max_i |R_ii|}`` over the valid diagonal entries of the
-    triangular factor ``R`` of an ``rows x k`` block (0 for a zero block)."""
-    d = jnp.where(valid, jnp.abs(jnp.diagonal(R, axis1=-2, axis2=-1)), 0)
-    thr = jnp.max(d, axis=-1, keepdims=True) * eps(d.dtype) * max(rows, R.shape[-1])
-    return jnp.sum((d > thr) & valid, axis=-1).astype(jnp.int32)
+    triangular factor ``R`` of an ``rows x k`` block (0 for a zero block): the count of
+    :func:`independent` (one threshold)."""
+    return jnp.sum(independent(R, valid, rows), axis=-1).astype(jnp.int32)
 
 
 def unit_scale(X, return_scale: bool = False):

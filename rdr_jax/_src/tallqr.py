@@ -13,11 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from rdr_jax._src import validation as V
+from rdr_jax._src.dense import HIGHEST
 
 __all__ = ["Householder", "CholeskyQR2", "cholesky_qr2", "householder_qr", "as_orthonormalizer",
            "ORTHONORMALIZERS"]
 
-HIGHEST = jax.lax.Precision.HIGHEST
 
 
 def householder_qr(Y):

@@ -29,7 +29,7 @@ from rdr_jax import sketching
 from rdr_jax._src.tallqr import as_orthonormalizer
 from rdr_jax.operators import HIGHEST, as_operator
 from rdr_jax.randomized_svd import RSVD
-from rdr_jax.id_cur.selection import LUPP, SRCUR, Method, check_rank, resolve_method, sketch_size
+from rdr_jax.id_cur.selection import Method, check_rank, resolve_method, sketch_size
 
 __all__ = ["ColumnID", "RowID", "TwoSidedID", "CUR", "interpolative", "interpolative_to_tolerance",
            "cur", "id_to_svd", "interpolative_with_bound", "cur_with_bound"]
@@ -350,20 +350,22 @@ def _column_id(key, op, sz: SL.Sizes, opts: _Options):
     method = opts.method
     valid = sz.valid()
     k1, k2, k3 = jax.random.split(key, 3)
-    pb = SL.pivot_block(k1, op, sz, method)                             # Lines 1-3
-    J = pb.cols
-    C = jnp.where(valid[None, :], op.cols(J), 0)
-    R_s, Qt = L.sketch_qr(SL.damped_pivot_block(pb, sz))
+    cs = SL.column_step(k1, op, sz, method)                               # Lines 1-3
+    J = cs.pb.cols
+    C = SL.skeleton_block(op, J, sz)
     two = opts.side == "two_sided"
-    lu = SL.lu_rows(C, sz) if two and type(method.pivot) is LUPP else None
-    # X_1^+ (and L_1^{-H} for the rows) in one batched solve
-    pinv = L.pseudo_inverse_system(R_s, Qt, valid)
-    lefts = [pinv] + ([SL.l1_inverse_rhs(lu)] if lu is not None else [])
-    sol = L.left_solves(lefts, separate=opts.sharded)
-    piv = SL.finish_columns(pb, R_s, Qt, sol[0], sz, method)
-    J = piv.cols                                                          # SRCUR: swapped
-    if type(method.pivot) is SRCUR:
-        C = jnp.where(valid[None, :], op.cols(J), 0)
+    rs = SL.row_step(k2, C, sz, method, cs.pb.Uk) if two else None      # Line 4
+    # X_1^+ (unless the rule refined: done then) and the rows' pending solve in one call
+    lefts = []
+    if cs.piv is None:
+        R_s, Qt = L.sketch_qr(SL.damped_pivot_block(cs.pb, sz))
+        lefts.append(L.pseudo_inverse_system(R_s, Qt, valid))
+    lefts += rs.pending() if two else []
+    sol = L.left_solves(lefts, separate=opts.sharded) if lefts else []
+    if cs.piv is None:
+        piv, sol = SL.finish_columns(cs.pb, R_s, Qt, sol[0], sz), sol[1:]
+    else:
+        piv = cs.piv
     Om = _test_vectors(key, op, opts, adjoint=True)       # the bound's: E^H Omega
     AhOm = None
     if method.interp == "exact":
@@ -380,10 +382,7 @@ def _column_id(key, op, sz: SL.Sizes, opts: _Options):
     if not two:
         res = ColumnID(J, C, W, piv.eta, rank, nr, est, *_fixed_rank_flags())
         return _with_bound(res, op, opts, Om, AhOm, (C, None, W.conj().T))
-    if lu is not None:                                                     # Line 4
-        rp = SL.rows_from_lu(lu, L.ct(sol[1]), sz)
-    else:
-        rp = SL.pivot_rows(k2, C, sz, method, piv.Uk)
+    rp = rs.finish(sol, sz)
     S = jnp.where(valid[:, None], C[rp.rows], 0)
     res = TwoSidedID(rp.rows, J, rp.W, S, W, piv.eta, rp.eta, rank, nr, est,
                      *_fixed_rank_flags())
@@ -437,26 +436,21 @@ def _cur(key, op, k, l, kb, lb, opts: _Options):
     method = opts.method
     valid = sz.valid()
     k1, k2, k3 = jax.random.split(key, 3)
-    pb = SL.pivot_block(k1, op, sz, method)                               # Lines 1-3
-    srcur = type(method.pivot) is SRCUR
-    if srcur:                     # the swaps need T before the skeleton block is known
-        piv = SL.pivot_columns(k1, op, sz, method)
-        pb = pb._replace(cols=piv.cols)
-    J = pb.cols
-    C = jnp.where(valid[None, :], op.cols(J), 0)
-    lupp = type(method.pivot) is LUPP
-    if lupp:                                                              # Line 4
-        lu = SL.lu_rows(C, sz)
-        I = lu.rows
-    else:
-        rp = SL.pivot_rows(k2, C, sz, method, pb.Uk)
-        I = rp.rows
+    cs = SL.column_step(k1, op, sz, method)                               # Lines 1-3
+    pb, J = cs.pb, cs.pb.cols
+    C = SL.skeleton_block(op, J, sz)
+    rs = SL.row_step(k2, C, sz, method, pb.Uk)                            # Line 4
+    I = rs.rows
     Rm = jnp.where(valid[:, None], op.rows(I), 0)
-    # triangular factors of the damped sketch pivot block (preconditions C, gives X_1^+) and
-    # of a damped Gaussian sketch of R^H (preconditions R^H): one batched Householder call
+    # triangular factors of the damped sketch pivot block (preconditions C, gives X_1^+;
+    # unless the rule refined: done) and of a damped Gaussian sketch of R^H (preconditions
+    # R^H): one batched Householder call
     k3, k4 = jax.random.split(k3)
     r_block = _sketch_block(k4, Rm.conj().T, sz)
-    if opts.sharded:        # no batched LAPACK call: see _Options.sharded
+    R_s = Qt = None
+    if cs.piv is not None:
+        R_r = L.sketch_qr(r_block, with_inverse=False)[0]
+    elif opts.sharded:        # no batched LAPACK call: see _Options.sharded
         R_s, Qt = L.sketch_qr(SL.damped_pivot_block(pb, sz))
         R_r = L.sketch_qr(r_block, with_inverse=False)[0]
     else:
@@ -464,14 +458,16 @@ def _cur(key, op, k, l, kb, lb, opts: _Options):
         R_s, Qt, R_r = Rb[0], Qtb[0][:, :pb.X1.shape[0]], Rb[1]
     PR = (R_r, L.independent(R_r, valid, sz.lb))
     PC = _c_preconditioner(k3, C, R_s if pb.oblivious else None, sz)
-    extra = [] if srcur else [L.pseudo_inverse_system(R_s, Qt, valid)]
-    if lupp:
-        extra.append(SL.l1_inverse_rhs(lu))
+    extra = [] if cs.piv is not None else [L.pseudo_inverse_system(R_s, Qt, valid)]
+    extra += rs.pending()
     # the bound's test vectors ride in the last pass A Q_R: right ones, E Omega
     Om = _test_vectors(key, op, opts, adjoint=False) if _fusable(opts) else None
     U, nr, sols, AOm = _stable_cur_U(op, C, Rm, (PC, PR), sz, opts, extra, Om)
-    eta = piv.eta if srcur else SL.finish_columns(pb, R_s, Qt, sols[0], sz, method).eta
-    eta_r = SL.rows_from_lu(lu, L.ct(sols[-1]), sz).eta if lupp else rp.eta
+    if cs.piv is None:
+        eta, sols = SL.finish_columns(pb, R_s, Qt, sols[0], sz).eta, sols[1:]
+    else:
+        eta = cs.piv.eta
+    eta_r = rs.finish(sols, sz).eta
     res = CUR(I, J, C, U, Rm, eta, eta_r, jnp.asarray(sz.k, jnp.int32), nr)
     if AOm is not None:
         Y = AOm - L.mm(C, L.mm(U, L.mm(Rm, Om)))                     # E Omega
@@ -547,9 +543,7 @@ def _interpolative_tol(key, op, tol, opts: _TolOptions):
     # two-sided: LUPP on the valid columns of C (padding columns are zero; the first `rank`
     # pivots depend only on them); W_rows = P^T L L_1^{-1} (no solve with the pivot block)
     sz = SL.Sizes(rank, rank, r, r)
-    lu = SL.lu_rows(C, sz)
-    a, b = SL.l1_inverse_rhs(lu)
-    rp = SL.rows_from_lu(lu, L.ct(L.solve_triangular(a, b, left=True, lower=False)), sz)
+    rp = SL.lu_row_step(C, sz).solve(sz)
     I = jnp.where(valid, rp.rows, 0)
     S = jnp.where(valid[:, None] & valid[None, :], C[I], 0)
     # the row step's own error, ||C - W_rows S||_F ||W_cols||_F (zero in exact arithmetic),
@@ -716,7 +710,7 @@ def interpolative_to_tolerance(key, A: Any, tol: float, *, side: str = "column",
     key = V.check_key(key)
     op = as_operator(A)
     m = resolve_method(method)
-    if not isinstance(m.pivot, LUPP) or m.power_iters:
+    if not m.pivot.fixed_accuracy or m.power_iters:
         raise ValueError("interpolative_to_tolerance uses blocked randomized LUPP; method must "
                          f"be 'lupp' (or a Method with pivot=LUPP(), power_iters=0); got "
                          f"{method!r}")

@@ -11,7 +11,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from rdr_jax._src import dense, fp as _fp, linalg as _linalg
+from rdr_jax._src import dense, fp as _fp, jit as _jit, linalg as _linalg
 from rdr_jax.operators import HIGHEST
 
 __all__ = ["BackendError", "lupp", "cpqr", "leverage_scores", "leverage", "maxvol_refine",
@@ -41,7 +41,7 @@ def cpqr_available(platform: str | None = None) -> bool:
     return platform in ("cpu", "gpu", "cuda", "rocm")
 
 
-@functools.partial(jax.jit, static_argnames=("k",))
+@functools.partial(_jit.jit, static_argnames=("k",))
 def lupp(X: jax.Array, k: int) -> jax.Array:
     """First k column pivots of LU with partial pivoting on ``X^T`` (Eq. (2.18)).
 
@@ -88,7 +88,7 @@ def _cpqr_xla(X, k):
     return J
 
 
-@functools.partial(jax.jit, static_argnames=("k", "impl"))
+@functools.partial(_jit.jit, static_argnames=("k", "impl"))
 def cpqr(X: jax.Array, k: int, *, impl: str = "lapack") -> jax.Array:
     """First k column pivots of QR with column pivoting on ``X`` (Eq. (2.17)).
 
@@ -122,7 +122,7 @@ def cpqr(X: jax.Array, k: int, *, impl: str = "lapack") -> jax.Array:
     return P[:k].astype(jnp.int32)
 
 
-@jax.jit
+@_jit.jit
 def leverage_scores(V: jax.Array) -> jax.Array:
     """Column leverage scores ``p_j = ||V(:, j)||^2 / k`` of a k x n matrix with orthonormal
     rows (approximate right singular vectors); ``sum_j p_j = 1``.
@@ -134,7 +134,7 @@ def leverage_scores(V: jax.Array) -> jax.Array:
     return jnp.where(tot > 0, p / jnp.where(tot > 0, tot, 1), 1.0 / p.shape[0])
 
 
-@functools.partial(jax.jit, static_argnames=("k", "mode"))
+@functools.partial(_jit.jit, static_argnames=("k", "mode"))
 def leverage(key, V: jax.Array, k: int, *, mode: str = "sample") -> jax.Array:
     """k column indices from the leverage scores of ``V`` (k' x n, orthonormal rows).
 
@@ -169,7 +169,7 @@ def _pivot_map(X1):
     return _linalg.pseudo_inverse(R, Qt, valid)
 
 
-@jax.jit
+@_jit.jit
 def interpolation(X: jax.Array, J: jax.Array) -> jax.Array:
     """Interpolation matrix ``W = X_1^+ X`` (k x n) with ``X_1 = X(:, J)`` (l x k).
 
@@ -201,7 +201,7 @@ def _sqrt_lmax(G, dtype, e=0):
     return jnp.maximum(eta, jnp.ones((), rdt))
 
 
-@jax.jit
+@_jit.jit
 def eta_from_interpolation(W: jax.Array) -> jax.Array:
     """``eta = ||W||_2 = sqrt(1 + ||X_1^+ X_2||_2^2)`` for ``W = X_1^+ X`` (``W(:, J) = I``).
 
@@ -234,7 +234,7 @@ def _gram_scale_ok(e, dtype, log2_len):
     return (2 * e >= lo) & (2 * e < hi)
 
 
-@jax.jit
+@_jit.jit
 def eta_from_gram(X: jax.Array, J: jax.Array, gram: jax.Array | None = None) -> jax.Array:
     """``eta`` without forming W: ``eta^2 = lambda_max(X_1^+ (X X^H) X_1^{+H})``.
 
@@ -279,7 +279,7 @@ def _eta_of_map(M, gn, TJ, dtype):
     return _sqrt_lmax(0.5 * (G + G.conj().T), dtype)
 
 
-@jax.jit
+@_jit.jit
 def eta_rows_from_gram(gram_C: jax.Array, S: jax.Array, *, C: jax.Array | None = None
                        ) -> jax.Array:
     """Row certificate ``||C S^{-1}||_2`` from ``C^H C`` (k x k) and ``S = C(I, :)``:
@@ -322,7 +322,7 @@ def eta_rows_from_gram(gram_C: jax.Array, S: jax.Array, *, C: jax.Array | None =
     return jax.lax.cond(ok, from_gram, from_C)
 
 
-@functools.partial(jax.jit, static_argnames=("max_swaps",))
+@functools.partial(_jit.jit, static_argnames=("max_swaps",))
 def maxvol_refine(W: jax.Array, J: jax.Array, *, g: float = 1.1, max_swaps: int = 100):
     """Spectrum-revealing swaps on a k x n interpolation matrix with ``W(:, J) = I``.
 

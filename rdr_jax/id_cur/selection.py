@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, ClassVar, NamedTuple, Optional, Union
+from typing import Any, ClassVar, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -31,24 +31,78 @@ from rdr_jax.sketching import Gaussian, as_sketch
 __all__ = ["LUPP", "CPQR", "DEIM", "Leverage", "SRCUR", "Method", "VARIANTS", "THESIS_NAMES",
            "PIVOTS", "resolve_method", "sketch_size", "ColumnSelection", "RowSelection",
            "Skeletons", "select_columns", "select_rows", "select_skeletons", "row_basis",
-           "pivot_columns", "pivot_rows"]
+           "pivot_columns", "pivot_rows", "PivotRule", "RSVDBasisRule", "ColumnStep",
+           "column_step", "RowStep", "row_step", "lu_row_step", "skeleton_block"]
 
 
 # --------------------------------------------------------------------------------------
 # pivoting choices
 # --------------------------------------------------------------------------------------
-class _Pivot:
-    """Shared part of the pivoting choices: what Lines 2-4 do for this scheme."""
+#: friendly spelling of each pivot rule (a subclass of :class:`PivotRule` with a ``name``
+#: registers itself)
+PIVOTS: dict[str, type] = {}
 
-    #: Line 1-2: ``"sketch"`` (X = Gamma A or a power iteration of it) or ``"svd"``
-    #: (X = V_k^H from a rank-k rSVD, whose U_k the row step uses)
-    basis: ClassVar[str] = "sketch"
+
+class PivotRule:
+    """Base of the pivot rules: what Lines 1-4 of Algorithm 1 do for this scheme.
+
+    A new rule is a frozen dataclass subclass that implements :meth:`select` (and, where it
+    differs, :meth:`row_basis`, :meth:`select_rows`, :meth:`refine`), sets a ``name`` (it then
+    registers itself in :data:`PIVOTS`, so ``Method("name")`` works) and the declarations
+    below. The pipeline asks the declarations; it never tests the class (``docs/design.md``,
+    "Methods as strategy objects"; an example in its own file: :mod:`rdr_jax.id_cur.full_cpqr`).
+    """
+
+    #: the friendly name (``Method("lupp")``)
+    name: ClassVar[str] = ""
     #: default oversampling l - k (implementation notes: k + 10 for pivoting on sketches,
     #: k + 5 for the rSVD-based methods)
     default_oversample: ClassVar[int] = 10
+    #: its first k pivots do not depend on how many more are asked for, nor on zero rows of X
+    #: past the first l: with a prefix-consistent sketch, an eager call may run padded to a
+    #: rank bucket (one program for several k) and select the same skeletons
+    greedy: ClassVar[bool] = False
+    #: Line 4 is LUPP on C: the rows and ``W_rows = P^T L L_1^{-1}`` come from one getrf of
+    #: C, with no second factorisation (:func:`lu_rows`)
+    rows_by_lu: ClassVar[bool] = False
+    #: :meth:`refine` changes the pivots after the pivot block is factored (swaps on the
+    #: interpolation matrix T, which must then be formed): the skeleton block C is read after
+    #: it, and the sketch's factor no longer preconditions C
+    refines: ClassVar[bool] = False
+    #: selects from one-pass sketches alone, ``X = Gamma A`` and ``Y = A Omega^H``
+    #: (:func:`rdr_jax.streaming_skeletons`)
+    streamable: ClassVar[bool] = False
+    #: has a blocked fixed-accuracy loop (:func:`rdr_jax.interpolative_to_tolerance`)
+    fixed_accuracy: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("name"):
+            PIVOTS[cls.name] = cls
 
     def check_backend(self) -> None:
         """Raise :class:`rdr_jax.id_cur.pivoting.BackendError` where the scheme has no lowering."""
+
+    def check_method(self, method: "Method") -> None:
+        """Raise for a :class:`rdr_jax.id_cur.selection.Method` whose other fields this rule
+        cannot honour (called by ``Method``'s constructor)."""
+
+    def row_basis(self, key, op: LinearOperator, sz: "Sizes", method: "Method") -> "RowBasis":
+        """Lines 1-2: the row-basis approximator ``X`` (lb x n): the sketch ``X = Gamma A``
+        for ``power_iters = 0`` (at the backend's default matmul precision: TF32/bf16 passes
+        on accelerators; the certificate is computed from the X actually formed), else
+        ``X = Omega (A^H A)^q`` (Eq. (2.14); re-orthonormalised in between when ``stable``,
+        Eq. (2.15))."""
+        q = method.power_iters
+        if q == 0:
+            S = method.sketch.draw(key, sz.lb, op.shape[0], dtype=op.dtype)
+            X = op.apply_sketch(S)
+            if not isinstance(sz.l, int):
+                X = jnp.where((jnp.arange(sz.lb) < sz.l)[:, None], X, 0)
+            return RowBasis(X, None, S)
+        ortho = as_orthonormalizer(method.orthonormalize)  # "auto" under a trace: Householder
+        Y = power_range(key, op, sz.lb, method.sketch, q - 1, method.stable, ortho)
+        return RowBasis(op.rmatmat(Y).conj().T, None, None)
 
     def select(self, key, X, k: int):
         """Line 3: k column pivots of the l x n approximator ``X``."""
@@ -63,9 +117,31 @@ class _Pivot:
         return W, idx
 
 
+class RSVDBasisRule(PivotRule):
+    """Base of the rules that pivot on singular vectors: Lines 1-2 are a rank-k rSVD, ``X =
+    V_k^H`` (k x n), and its ``U_k`` (m x k) is kept for the row step."""
+
+    default_oversample: ClassVar[int] = 5
+
+    def row_basis(self, key, op, sz, method):
+        """``X = V_k^H`` from the rSVD with sketch size l and q stable power iterations."""
+        ortho = as_orthonormalizer(method.orthonormalize)
+        Q = orth(power_range(key, op, sz.lb, method.sketch, method.power_iters, True, ortho),
+                 ortho)
+        B = op.rmatmat(Q).conj().T
+        Ut, _, Vt = jnp.linalg.svd(B, full_matrices=False)
+        return RowBasis(Vt[:sz.kb], jnp.matmul(Q, Ut[:, :sz.kb], precision=HIGHEST), None)
+
+
 @dataclasses.dataclass(frozen=True)
-class LUPP(_Pivot):
+class LUPP(PivotRule):
     """LU with partial pivoting on ``X^T`` (Eq. (2.18); every backend)."""
+
+    name: ClassVar[str] = "lupp"
+    greedy: ClassVar[bool] = True
+    rows_by_lu: ClassVar[bool] = True
+    streamable: ClassVar[bool] = True
+    fixed_accuracy: ClassVar[bool] = True
 
     def select(self, key, X, k):
         # X is unit-scaled by the pipeline (pivot_block): partial pivoting on it directly
@@ -81,11 +157,15 @@ def _cpqr_backend(impl: str, what: str) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class CPQR(_Pivot):
+class CPQR(PivotRule):
     """Column-pivoted QR on ``X`` (Eq. (2.17)); ``impl="lapack"`` (geqp3; CPU/GPU)
     or ``"xla"`` (pivoted Gram-Schmidt; every backend, TPU included)."""
 
     impl: str = "lapack"
+
+    name: ClassVar[str] = "cpqr"
+    greedy: ClassVar[bool] = True
+    streamable: ClassVar[bool] = True
 
     def __post_init__(self):
         if self.impl not in ("lapack", "xla"):
@@ -99,11 +179,10 @@ class CPQR(_Pivot):
 
 
 @dataclasses.dataclass(frozen=True)
-class DEIM(_Pivot):
+class DEIM(RSVDBasisRule):
     """DEIM = LUPP on the rSVD's ``V_k^H`` (columns) and ``U_k^T`` (rows)."""
 
-    basis: ClassVar[str] = "svd"
-    default_oversample: ClassVar[int] = 5
+    name: ClassVar[str] = "deim"
 
     def select(self, key, X, k):
         return P.lupp(X, k)
@@ -113,14 +192,13 @@ class DEIM(_Pivot):
 
 
 @dataclasses.dataclass(frozen=True)
-class Leverage(_Pivot):
+class Leverage(RSVDBasisRule):
     """Leverage scores of the rSVD's ``V_k^H`` / ``U_k``: ``mode="sample"`` (without
     replacement, Gumbel top-k) or ``"topk"`` (deterministic, as the authors' code)."""
 
     mode: str = "sample"
 
-    basis: ClassVar[str] = "svd"
-    default_oversample: ClassVar[int] = 5
+    name: ClassVar[str] = "leverage"
 
     def __post_init__(self):
         if self.mode not in ("sample", "topk"):
@@ -134,7 +212,7 @@ class Leverage(_Pivot):
 
 
 @dataclasses.dataclass(frozen=True)
-class SRCUR(_Pivot):
+class SRCUR(PivotRule):
     """CPQR on the sketch, then spectrum-revealing swaps until every interpolation
     coefficient is at most ``g`` (> 1), at most ``max_swaps`` of them; rows by LUPP on C
     plus the same swaps."""
@@ -142,6 +220,9 @@ class SRCUR(_Pivot):
     g: float = 1.1
     max_swaps: int = 256
     impl: str = "lapack"
+
+    name: ClassVar[str] = "srcur"
+    refines: ClassVar[bool] = True
 
     def __post_init__(self):
         if not (isinstance(self.g, (int, float)) and self.g > 1.0):
@@ -164,10 +245,7 @@ class SRCUR(_Pivot):
         return P.interpolation(W, idx), idx  # re-anchor W(:, idx) = I after the updates
 
 
-PivotChoice = Union[LUPP, CPQR, DEIM, Leverage, SRCUR]
-#: friendly spelling of each pivoting choice
-PIVOTS: dict[str, type] = {"lupp": LUPP, "cpqr": CPQR, "deim": DEIM, "leverage": Leverage,
-                           "srcur": SRCUR}
+PivotChoice = PivotRule
 _ALIASES = {"ls": "leverage", "lu": "lupp", "qr": "cpqr", "qrcp": "cpqr"}
 #: thesis variant name -> (pivoting name, power iterations)
 VARIANTS = {
@@ -233,9 +311,9 @@ class Method:
         if isinstance(self.pivot, str):
             pivot, q = _pivot_from_name(self.pivot)
             object.__setattr__(self, "pivot", pivot)
-        if not isinstance(self.pivot, _Pivot):
-            raise TypeError(f"pivot must be a name, LUPP(), CPQR(), DEIM(), Leverage() or "
-                            f"SRCUR(); got {self.pivot!r}")
+        if not isinstance(self.pivot, PivotRule):
+            raise TypeError(f"pivot must be a name ({', '.join(PIVOTS)}) or a PivotRule "
+                            f"(LUPP(), CPQR(), ...); got {self.pivot!r}")
         if self.power_iters is None:
             object.__setattr__(self, "power_iters", q)
         object.__setattr__(self, "sketch", as_sketch(self.sketch))
@@ -250,6 +328,7 @@ class Method:
         if not (isinstance(self.orthonormalize, str)
                 and self.orthonormalize.strip().lower() in ("auto", "cholesky_qr2")):
             object.__setattr__(self, "orthonormalize", as_orthonormalizer(self.orthonormalize))
+        self.pivot.check_method(self)
 
     def for_operator(self, op, adjoint: bool = False) -> "Method":
         """The method with ``orthonormalize="auto"`` resolved for ``op`` (or ``op^H``)."""
@@ -267,7 +346,7 @@ def resolve_method(method: Any = "lupp", **overrides) -> Method:
     are not None override its fields."""
     if isinstance(method, Method):
         base = method
-    elif isinstance(method, (_Pivot, str)):
+    elif isinstance(method, (PivotRule, str)):
         base = Method(pivot=method)
     else:
         raise TypeError(f"method must be a name, a pivoting object or a Method; "
@@ -371,11 +450,11 @@ def rank_bucket(k: int, cap: int) -> int:
 
 def bucketable(method: "Method") -> bool:
     """Whether a method's pipeline can run padded to a rank bucket with the same skeletons:
-    an oblivious Gaussian sketch (prefix-consistent: its first l rows do not depend on how
-    many more are drawn), no power iterations, and LUPP or CPQR pivots (whose first k pivots
-    depend only on the first k rows / columns they see)."""
-    return (isinstance(method.sketch, Gaussian) and method.power_iters == 0
-            and type(method.pivot) in (LUPP, CPQR))
+    a prefix-consistent sketch (its first l rows do not depend on how many more are drawn),
+    no power iterations, and a greedy pivot rule (its first k pivots depend only on the first
+    k rows / columns it sees)."""
+    return (method.sketch.prefix_consistent and method.power_iters == 0
+            and method.pivot.greedy)
 
 
 class Sizes(NamedTuple):
@@ -410,29 +489,10 @@ class RowBasis(NamedTuple):
 
 
 def row_basis(key, op: LinearOperator, sz: Sizes, method: Method) -> RowBasis:
-    """Lines 1-2: the row-basis approximator ``X`` and, for rSVD-based pivots, ``U_k``.
-
-    * sketch-based pivots: ``X = Gamma A`` (l x n) for ``power_iters = 0``, computed at the
-      backend's default matmul precision (TF32/bf16 passes on accelerators; the certificate
-      is computed from the X actually formed); ``X = Omega (A^H A)^q`` (Eq. (2.14); re-orthonormalised in between when ``stable``, Eq. (2.15)) for ``q >= 1``.
-    * DEIM/leverage: ``X = V_k^H`` (k x n) from the rSVD with sketch size l and q stable
-      power iterations; the left vectors ``U_k`` (m x k) are returned too.
-    """
-    q = method.power_iters
-    ortho = as_orthonormalizer(method.orthonormalize)  # "auto" under a trace: Householder
-    if method.pivot.basis == "svd":
-        Q = orth(power_range(key, op, sz.lb, method.sketch, q, True, ortho), ortho)
-        B = op.rmatmat(Q).conj().T
-        Ut, _, Vt = jnp.linalg.svd(B, full_matrices=False)
-        return RowBasis(Vt[:sz.kb], jnp.matmul(Q, Ut[:, :sz.kb], precision=HIGHEST), None)
-    if q == 0:
-        S = method.sketch.draw(key, sz.lb, op.shape[0], dtype=op.dtype)
-        X = op.apply_sketch(S)
-        if not isinstance(sz.l, int):
-            X = jnp.where((jnp.arange(sz.lb) < sz.l)[:, None], X, 0)
-        return RowBasis(X, None, S)
-    Y = power_range(key, op, sz.lb, method.sketch, q - 1, method.stable, ortho)
-    return RowBasis(op.rmatmat(Y).conj().T, None, None)
+    """Lines 1-2: the row-basis approximator ``X`` of the method's pivot rule
+    (:meth:`PivotRule.row_basis`): a sketch of A, or ``V_k^H`` from an rSVD (DEIM/leverage,
+    whose ``U_k`` the row step uses)."""
+    return method.pivot.row_basis(key, op, sz, method)
 
 
 class ColumnPivots(NamedTuple):
@@ -500,8 +560,8 @@ def pivot_block(key, op: LinearOperator, sz: Sizes, method: Method) -> PivotBloc
     X = L.unit_scale(rb.X)
     J = method.pivot.select(kp, X, sz.kb)
     X1 = X[:, J]
-    oblivious = rb.sketch is not None and type(method.pivot) is not SRCUR
-    if oblivious and isinstance(method.sketch, Gaussian) and jax.default_backend() != "cpu":
+    oblivious = rb.sketch is not None and rb.sketch.oblivious and not method.pivot.refines
+    if oblivious and rb.sketch.default_precision_product and jax.default_backend() != "cpu":
         X1 = L.unit_scale(rb.sketch.apply_dense(op.cols(J), precision=HIGHEST))
     X1 = jnp.where(sz.valid()[None, :], X1, 0)
     return PivotBlock(J, X, X1, rb.Uk, oblivious)
@@ -513,16 +573,45 @@ def damped_pivot_block(pb: PivotBlock, sz: Sizes):
     return L.damped_block(pb.X1, sz.valid())
 
 
-def finish_columns(pb: PivotBlock, R, Qt, M, sz: Sizes, method: Method) -> ColumnPivots:
-    """:class:`ColumnPivots` from the factor ``(R, Qt)`` of the damped pivot block and
-    ``M = R^{-1} Qt = X_1^+`` (SRCUR: after its swaps, with T formed)."""
-    valid = sz.valid()
-    if type(method.pivot) is SRCUR:       # swaps on T; T(:, cols) = I after them
-        T, J = method.pivot.refine(L.with_identity(L.mm(M, pb.X), pb.cols, valid), pb.cols)
-        return ColumnPivots(J, pb.X, M, None, pb.Uk,
-                            L.interpolation_norm_bound(L.gram(L.ct(T)), valid), T)
+def finish_columns(pb: PivotBlock, R, Qt, M, sz: Sizes) -> ColumnPivots:
+    """``ColumnPivots`` of a rule that does not refine, from the factor ``(R, Qt)`` of
+    the damped pivot block and ``M = R^{-1} Qt = X_1^+``."""
     return ColumnPivots(pb.cols, pb.X, M, R if pb.oblivious else None, pb.Uk,
-                        _eta_of_map(M, pb.X, pb.cols, valid))
+                        _eta_of_map(M, pb.X, pb.cols, sz.valid()))
+
+
+class ColumnStep(NamedTuple):
+    """Lines 1-3 as the decompositions use them (:func:`column_step`).
+
+    pb: the pivot block, ``pb.cols`` the final pivots (after a refining rule's swaps ``pb.X1``
+    is still the block of the pivots before them; nothing reads it then). piv: the finished
+    ``ColumnPivots`` when the rule refines (its swaps needed the factored block and T
+    before the pivots were final), else None: the caller factors ``damped_pivot_block(pb)``
+    -- alone or batched with its other factorisations -- and calls ``finish_columns``."""
+
+    pb: PivotBlock
+    piv: Optional[ColumnPivots]
+
+
+def column_step(key, op: LinearOperator, sz: Sizes, method: Method) -> ColumnStep:
+    """Lines 1-3, the first stage of every pipeline (select columns, then rows, then
+    coefficients): the pivot block of the rule's row basis; a refining rule (SRCUR) also
+    factors it, forms ``T = X_1^+ X`` and swaps (:meth:`PivotRule.refine`)."""
+    pb = pivot_block(key, op, sz, method)
+    if not method.pivot.refines:
+        return ColumnStep(pb, None)
+    valid = sz.valid()
+    R, Qt = L.sketch_qr(damped_pivot_block(pb, sz))
+    M = L.pseudo_inverse(R, Qt, valid)
+    T, J = method.pivot.refine(L.with_identity(L.mm(M, pb.X), pb.cols, valid), pb.cols)
+    piv = ColumnPivots(J, pb.X, M, None, pb.Uk,
+                       L.interpolation_norm_bound(L.gram(L.ct(T)), valid), T)
+    return ColumnStep(pb._replace(cols=J), piv)
+
+
+def skeleton_block(op: LinearOperator, cols, sz: Sizes):
+    """``C = A(:, cols)`` (m x kb), columns past k zero."""
+    return jnp.where(sz.valid()[None, :], op.cols(cols), 0)
 
 
 def pivot_columns(key, op: LinearOperator, sz: Sizes, method: Method) -> ColumnPivots:
@@ -532,10 +621,11 @@ def pivot_columns(key, op: LinearOperator, sz: Sizes, method: Method) -> ColumnP
     damping ``D`` (``rdr_jax._src.linalg.sketch_qr``): ``R^H R = X_1^H X_1 + D^2`` and
     ``X_1^+ = R^{-1} Q_1^H`` (two library calls).
     """
-    pb = pivot_block(key, op, sz, method)
-    R, Qt = L.sketch_qr(damped_pivot_block(pb, sz))
-    M = L.pseudo_inverse(R, Qt, sz.valid())
-    return finish_columns(pb, R, Qt, M, sz, method)
+    cs = column_step(key, op, sz, method)
+    if cs.piv is not None:
+        return cs.piv
+    R, Qt = L.sketch_qr(damped_pivot_block(cs.pb, sz))
+    return finish_columns(cs.pb, R, Qt, L.pseudo_inverse(R, Qt, sz.valid()), sz)
 
 
 class RowPivots(NamedTuple):
@@ -583,22 +673,50 @@ def l1_inverse_rhs(lu: RowLU):
     return L.ct(lu.L1), jnp.eye(lu.L1.shape[0], dtype=lu.L1.dtype)
 
 
-def pivot_rows(key, C, sz: Sizes, method: Method, Uk=None) -> RowPivots:
-    """Line 4: row skeletons of ``C`` (m x kb, columns past k zero) and
-    ``W_rows = C C(rows, :)^{-1}``.
+class RowStep(NamedTuple):
+    """Line 4 as the decompositions use it (:func:`row_step`): ``rows`` (kb,), and either
+    the LU of C (``lu``; its triangular solve is :meth:`pending`, for the caller to batch
+    with its own) or the finished ``RowPivots`` (``rp``)."""
 
-    LUPP on C (the default): ``P C = L U`` gives the rows and ``W_rows = P^T L L_1^{-1}``
-    (``rows_from_lu``). Other schemes: ``W_rows^H = (S^H)^+ C^H`` from the damped
-    factor of ``S^H = C(rows, :)^H``.
+    rows: jax.Array
+    lu: Optional[RowLU]
+    rp: Optional[RowPivots]
+
+    def pending(self) -> list:
+        """The triangular systems ``(a, b)`` still to solve: ``L_1^{-H}`` for the LU."""
+        return [] if self.lu is None else [l1_inverse_rhs(self.lu)]
+
+    def finish(self, sols, sz: Sizes) -> RowPivots:
+        """``RowPivots`` from the solutions of :meth:`pending` (same order)."""
+        return self.rp if self.lu is None else rows_from_lu(self.lu, L.ct(sols[0]), sz)
+
+    def solve(self, sz: Sizes) -> RowPivots:
+        """:meth:`finish` after solving :meth:`pending` here, one call each."""
+        return self.finish([L.solve_triangular(a, b, left=True, lower=False)
+                            for a, b in self.pending()], sz)
+
+
+def lu_row_step(C, sz: Sizes) -> RowStep:
+    """Line 4 by LUPP: one getrf of C; ``W_rows`` waits for the ``L_1^{-H}`` solve."""
+    lu = lu_rows(C, sz)
+    return RowStep(lu.rows, lu, None)
+
+
+def row_step(key, C, sz: Sizes, method: Method, Uk=None) -> RowStep:
+    """Line 4, the second stage of every pipeline: row skeletons of ``C`` (m x kb, columns
+    past k zero) and ``W_rows = C C(rows, :)^{-1}``.
+
+    A rule with ``rows_by_lu`` (LUPP): ``P C = L U`` gives the rows, and
+    ``W_rows = P^T L L_1^{-1}`` waits for one triangular solve (:meth:`RowStep.pending`).
+    Other rules: their :meth:`PivotRule.select_rows` (and :meth:`PivotRule.refine`), then
+    ``W_rows^H = (S^H)^+ C^H`` from the damped factor of ``S^H = C(rows, :)^H``.
     """
+    if method.pivot.rows_by_lu:
+        return lu_row_step(C, sz)
     valid = sz.valid()
-    if type(method.pivot) is LUPP:
-        lu = lu_rows(C, sz)
-        a, b = l1_inverse_rhs(lu)
-        return rows_from_lu(lu, L.ct(L.solve_triangular(a, b, left=True, lower=False)), sz)
     Cn = L.unit_scale(C)
     I = method.pivot.select_rows(key, Cn, Uk, sz.kb)
-    if type(method.pivot) is SRCUR:
+    if method.pivot.refines:
         Wt, I = method.pivot.refine(P.interpolation(Cn.T, I), I)
         W = Wt.T
     else:
@@ -609,7 +727,12 @@ def pivot_rows(key, C, sz: Sizes, method: Method, Uk=None) -> RowPivots:
         eye = jnp.eye(sz.kb, dtype=W.dtype)
         W = W.at[I].set(jnp.where(valid[:, None], eye, W[I]))
     W = jnp.where(valid[None, :], W, 0)
-    return RowPivots(I, W, L.interpolation_norm_bound(L.gram(W), valid))
+    return RowStep(I, None, RowPivots(I, W, L.interpolation_norm_bound(L.gram(W), valid)))
+
+
+def pivot_rows(key, C, sz: Sizes, method: Method, Uk=None) -> RowPivots:
+    """Line 4 on its own: :func:`row_step` with its pending solve done."""
+    return row_step(key, C, sz, method, Uk).solve(sz)
 
 
 @functools.partial(_jit.jit, static_argnames=("kb", "lb", "method"))
@@ -624,8 +747,7 @@ def _select_skeletons(key, op, k, l, kb, lb, method):
     sz = Sizes.of(k, l, kb, lb)
     k1, k2 = jax.random.split(key)
     piv = pivot_columns(k1, op, sz, method)
-    C = jnp.where(sz.valid()[None, :], op.cols(piv.cols), 0)
-    rp = pivot_rows(k2, C, sz, method, piv.Uk)
+    rp = pivot_rows(k2, skeleton_block(op, piv.cols, sz), sz, method, piv.Uk)
     return Skeletons(piv.cols, rp.rows, sketch_interpolation(piv, sz.valid()), rp.W, piv.eta,
                      rp.eta)
 

@@ -19,7 +19,7 @@ from rdr_jax.id_cur import pivoting as P
 from rdr_jax.id_cur import selection as SL
 from rdr_jax.id_cur.decompositions import CUR
 from rdr_jax.operators import HIGHEST
-from rdr_jax.id_cur.selection import CPQR, LUPP, resolve_method
+from rdr_jax.id_cur.selection import resolve_method
 from rdr_jax.sketching import as_sketch
 
 __all__ = ["StreamingSketches", "StreamingSkeletons", "streaming_sketches",
@@ -161,7 +161,7 @@ def streaming_method(method: Any, k: int, shape) -> tuple:
     """``(pivot, l, sketch)`` of a streaming selection from a name or :class:`Method` (LUPP or
     CPQR pivots; ``l = min(k + oversample, m, n)``)."""
     m = resolve_method(method)
-    if not isinstance(m.pivot, (LUPP, CPQR)) or m.power_iters:
+    if not m.pivot.streamable or m.power_iters:
         raise ValueError(f"streaming selection supports method 'lupp' or 'cpqr' (no power "
                          f"iterations: one pass); got {method!r}")
     m.pivot.check_backend()
