@@ -32,6 +32,7 @@ JOBS = {
     "sharding": "tests.test_sharding:sharding_job",
     "row_id": "tests.test_row_id_sharded:row_id_job",
     "canonical_angles_devices": "tests.test_fig_canonical_angles_devices:devices_job",
+    "data_parallel": "tests.test_training_loop:data_parallel_job",
 }
 
 
@@ -56,7 +57,7 @@ def _run(workdir: Path) -> dict:
                         + f" --xla_force_host_platform_device_count={DEVICES}").strip()
     env["JAX_PLATFORMS"] = "cpu"
     proc = subprocess.run([sys.executable, "-m", "tests._multidevice", str(workdir)], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=1500)
+                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
     line = [x for x in proc.stdout.splitlines() if x.startswith(MARK)]
     assert proc.returncode == 0 and line, proc.stdout[-2000:] + proc.stderr[-4000:]
     return json.loads(line[-1][len(MARK):])

@@ -22,6 +22,24 @@ import numpy as np
 import pytest
 
 
+#: the test files that take longest (``--durations`` on the 2-core machine), run first: with
+#: ``--dist loadfile`` (pyproject.toml) each file runs whole on one xdist worker (its module
+#: fixtures and compilations once, not once per worker), and the two workers end together
+#: on the many quick files. Only the first user of the 8-device subprocess
+#: (``tests/_multidevice.py``) is here; its other users come later and read its cached results.
+HEAVY_FIRST = ("test_training_determinism.py", "test_notebooks.py", "test_sharding.py",
+               "test_transformations.py", "test_seg_models.py", "test_training_runs.py",
+               "test_train_dac_mnist.py", "test_experiments_ch2.py", "test_fig_adawac.py",
+               "test_experiments_ch5.py", "test_angles.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Put the files of :data:`HEAVY_FIRST` first, in that order (a stable sort: every file
+    keeps its tests' order, the other files their alphabetical order)."""
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def _memory_maps() -> int:
     try:
         with open("/proc/self/maps") as f:

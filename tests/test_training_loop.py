@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -316,17 +313,19 @@ _DP_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_data_parallel_8_devices_matches_1_device():
+def data_parallel_job(workdir):
+    """:data:`_DP_SCRIPT`'s ``out`` (a job of ``tests/_multidevice.py``, the suite's one
+    8-device subprocess)."""
+    namespace = {}
+    exec(compile(_DP_SCRIPT, "<_DP_SCRIPT>", "exec"), namespace)
+    return namespace["out"]
+
+
+def test_data_parallel_8_devices_matches_1_device(multidevice):
     """Both trainers on a 1-device and an 8-device mesh (batch axis split, state
     replicated): the same losses, tables and parameters up to float32 summation order."""
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8")
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-c", _DP_SCRIPT], capture_output=True, text=True,
-                       env=env, cwd=str(ROOT), timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    from tests import _multidevice
+    out = _multidevice.job(multidevice, "data_parallel")
     ada, dac = out["ada"], out["dac"]
     assert len(ada["one"]) == len(ada["eight"]) == 4
     np.testing.assert_allclose(ada["eight"], ada["one"], rtol=2e-4, atol=1e-6)
