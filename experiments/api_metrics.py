@@ -153,9 +153,9 @@ def parameter_counts() -> dict:
     return out
 
 
-def public_function_parameters() -> dict:
-    """``module.qualname`` -> parameter count of every public function (in a public module's
-    ``__all__``, defined in rdr_jax; signatures followed through ``functools.wraps``)."""
+def public_functions() -> dict:
+    """``module.qualname`` -> the function, for every public function (in a public module's
+    ``__all__``, defined in rdr_jax)."""
     import importlib
     out = {}
     for name in sorted(_modules()):
@@ -167,10 +167,15 @@ def public_function_parameters() -> dict:
             continue
         for attr in getattr(mod, "__all__", ()):
             f = getattr(mod, attr, None)
-            if not inspect.isfunction(f) or not f.__module__.startswith("rdr_jax"):
-                continue
-            out[f"{f.__module__}.{f.__qualname__}"] = len(inspect.signature(f).parameters)
+            if inspect.isfunction(f) and f.__module__.startswith("rdr_jax"):
+                out[f"{f.__module__}.{f.__qualname__}"] = f
     return dict(sorted(out.items()))
+
+
+def public_function_parameters() -> dict:
+    """``module.qualname`` -> parameter count of every public function (signatures followed
+    through ``functools.wraps``)."""
+    return {name: len(inspect.signature(f).parameters) for name, f in public_functions().items()}
 
 
 def concrete_type_branches(mods: dict | None = None) -> list[str]:

@@ -10,6 +10,7 @@ import inspect
 import sys
 import types
 import warnings
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -102,21 +103,6 @@ def test_exact_prefix_takes_the_key_first():
     assert int(res.rank) <= int(c.rank) and bool(res.met)
 
 
-def _public_functions():
-    import api_metrics
-    for name in sorted(api_metrics._modules()):
-        if any(part.startswith("_") for part in name.split(".")):
-            continue
-        try:
-            mod = importlib.import_module(name)
-        except ImportError:                 # a module of an extra that is not installed
-            continue
-        for attr in getattr(mod, "__all__", ()):
-            f = getattr(mod, attr, None)
-            if inspect.isfunction(f) and f.__module__.startswith("rdr_jax"):
-                yield f"{f.__module__}.{f.__qualname__}", f
-
-
 #: public functions whose catch-all parameter is part of their API (options of a sketch, the
 #: factors to check, the arguments passed on to a model)
 VARIADIC = {"rdr_jax.distributed.check_factor_shardings", "rdr_jax.id_cur.selection.resolve_method",
@@ -127,9 +113,10 @@ VARIADIC = {"rdr_jax.distributed.check_factor_shardings", "rdr_jax.id_cur.select
 def test_every_public_function_shows_its_real_signature(monkeypatch):
     """No wrapper hides a signature (``inspect``, IDEs and static tools see the parameters the
     code takes), and no ``**kwargs`` catch-all collects old spellings."""
-    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parents[1] / "experiments"))
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "experiments"))
+    import api_metrics
     seen = 0
-    for name, f in _public_functions():
+    for name, f in api_metrics.public_functions().items():
         seen += 1
         assert not hasattr(f, "__wrapped__"), f"{name} is wrapped"
         params = inspect.signature(f, follow_wrapped=False).parameters.values()
