@@ -281,8 +281,7 @@ def make_data(key, shape: DataShape, *, d_aug, sigma: float, aug_scale: float = 
     if not isinstance(shape, DataShape):
         raise TypeError(f"shape must be a DataShape(n, d, q, d_causal, alpha, n_test); got "
                         f"{type(shape).__name__}")
-    n, d, q, d_causal = shape.n, shape.d, shape.q, shape.d_causal
-    alpha, n_test = shape.alpha, shape.n_test
+    d, d_causal = shape.d, shape.d_causal
     if V.is_concrete(d_aug) and not 0 <= int(np.asarray(d_aug)) <= d - d_causal:
         raise ValueError(f"d_aug must be in [0, d - d_causal] = [0, {d - d_causal}] so that the "
                          f"augmentations are label invariant; got {int(np.asarray(d_aug))}")
@@ -293,27 +292,15 @@ def make_data(key, shape: DataShape, *, d_aug, sigma: float, aug_scale: float = 
         teacher = _check_params(teacher, d)
         teacher = TwoLayerParams(jnp.asarray(teacher.B, dt), jnp.asarray(teacher.w, dt))
     return _make_data(key, d_aug, jnp.asarray(sigma, dt), jnp.asarray(aug_scale, dt), teacher,
-                      _DataShape(n, d, q, d_causal, alpha, n_test, dt.name))
+                      shape, dt.name)
 
 
-@dataclasses.dataclass(frozen=True)
-class _DataShape:
-    """Static sizes of :func:`make_data` (hashable; one compilation each)."""
-
-    n: int
-    d: int
-    q: int
-    d_causal: int
-    alpha: int
-    n_test: int
-    dtype: str
-
-
-@functools.partial(jax.jit, static_argnames=("shape",))
-def _make_data(key, d_aug, sigma, aug_scale, teacher, shape: _DataShape) -> TwoLayerData:
+@functools.partial(jax.jit, static_argnames=("shape", "dtype"))
+def _make_data(key, d_aug, sigma, aug_scale, teacher, shape: DataShape, dtype: str
+               ) -> TwoLayerData:
     n, d, q, d_causal = shape.n, shape.d, shape.q, shape.d_causal
     alpha, n_test = shape.alpha, shape.n_test
-    dt = np.dtype(shape.dtype)
+    dt = np.dtype(dtype)
     kt, kg = jax.random.split(key)
     if teacher is None:
         teacher = _teacher(kt, d, q, d_causal, dt.name)
