@@ -365,7 +365,11 @@ def _leaves_equal(a, b):
         np.array_equal(np.asarray(u), np.asarray(v)) for u, v in zip(la, lb))
 
 
-def test_train_kill_and_resume_is_bitwise_identical(tmp_path):
+def test_train_kill_and_resume_is_bitwise_identical(tmp_path, monkeypatch):
+    # an empty step cache: with files spread over xdist workers, another file's run on this
+    # worker may have cached steps first, and the one-compilation check below must look at
+    # this test's step
+    monkeypatch.setattr(deep, "_JIT_CACHE", {})
     x, y = _digits_like()
     cfg = _tiny_cfg()
     straight = deep.train(cfg, (x, y), test=(x, y), progress=False)
