@@ -594,10 +594,9 @@ def _sparse_sign(key, l: int, m: int, zeta: int = 8, *, dtype=None) -> SparseSig
 
 
 # --------------------------------------------------------------------------------------
-SketchChoice = Sketch
 
 
-def as_sketch(sketch: Any, **options: Any) -> SketchChoice:
+def as_sketch(sketch: Any, **options: Any) -> Sketch:
     """The sketch choice for a name (``"gaussian"``, ``"srtt"``, ``"sparse_sign"``) with the
     choice's fields as ``options`` (``as_sketch("sparse_sign", zeta=4)``), or for a sketch
     object (a drawn sketch gives its choice).

@@ -245,7 +245,6 @@ class SRCUR(PivotRule):
         return P.interpolation(W, idx), idx  # re-anchor W(:, idx) = I after the updates
 
 
-PivotChoice = PivotRule
 _ALIASES = {"ls": "leverage", "lu": "lupp", "qr": "cpqr", "qrcp": "cpqr"}
 #: thesis variant name -> (pivoting name, power iterations)
 VARIANTS = {
