@@ -172,6 +172,41 @@ def test_exact_rank_operator_inputs(kind, dtype, rng):
     assert rel(dense, cid.todense()) < tolerance(dtype)
 
 
+@pytest.mark.parametrize("method", ["Rand-LUPP", "SRCUR"])
+def test_cross_core_is_the_pseudo_inverse_of_the_intersection(method, dtype, rng):
+    """``core="cross"``: the same skeletons and certificates as the stable core, ``U =
+    A(I, J)^+`` (numpy's pinv), exact on an exact-rank matrix, never better than the stable
+    core's ``C^+ A R^+`` (the Frobenius-optimal U for these C and R); jit/vmap; its bound."""
+    m, n, k = 90, 70, 12
+    A = low_rank(rng, m, n, k, dtype)
+    key = jax.random.key(3)
+    tol = tolerance(dtype)
+    x = R.cur(key, A, k, method=method, core="cross")
+    s = R.cur(key, A, k, method=method)
+    for f in ("rows", "cols", "C", "R", "eta", "eta_rows", "numerical_rank"):
+        np.testing.assert_array_equal(np.asarray(getattr(x, f)), np.asarray(getattr(s, f)), f)
+    A64 = A.astype(np.float64)
+    I, J = np.asarray(x.rows), np.asarray(x.cols)
+    ref = np.linalg.pinv(A64[np.ix_(I, J)])
+    assert rel(ref, x.U) < 1e3 * tol
+    assert rel(A, x.todense()) < 10 * tol
+    # k below the numerical rank: the cross core is at best the stable one
+    B = decaying(rng, m, n)[0].astype(dtype)
+    xb, sb = (R.cur(key, B, k, method=method, core=c) for c in ("cross", "stable"))
+    assert rel(B, xb.todense()) >= rel(B, sb.todense()) * (1 - 10 * tol)
+    U1 = np.linalg.pinv(B.astype(np.float64)[np.ix_(np.asarray(xb.rows), np.asarray(xb.cols))])
+    assert rel(U1, xb.U) < (1e-2 if np.dtype(dtype) == np.float32 else 1e-8)
+    keys = jax.random.split(key, 3)
+    Us = jax.vmap(jax.jit(lambda kk: R.cur(kk, B, k, method=method, core="cross").U))(keys)
+    for i in range(3):    # batched kernels round differently; U = S^+ amplifies it by cond(S)
+        assert rel(R.cur(keys[i], B, k, method=method, core="cross").U, Us[i]) < 1e3 * tol
+    xc, bound = R.cur_with_bound(jax.random.key(4), B, k, method=method, core="cross")
+    true = np.linalg.norm(B.astype(np.float64) - np.asarray(xc.todense(), np.float64))
+    assert true <= float(bound.fro) <= 10 * true
+    with pytest.raises(ValueError, match="core must be one of"):
+        R.cur(key, B, k, core="pinv")
+
+
 def test_tolerance_mode_finds_exact_rank(dtype, rng):
     A = low_rank(rng, 80, 60, 11, dtype)
     tol = 1e-3 if dtype == np.float32 else 1e-9

@@ -315,6 +315,8 @@ class _Options:
     #: ``(num_vectors, failure_prob)``: also bound the error from test vectors whose product
     #: with A rides in the program's last pass over A (None: no bound)
     bound: Optional[tuple] = None
+    #: CUR's core: ``"stable"`` (``C^+ A R^+``, Eq. (2.10)) or ``"cross"`` (``A(I, J)^+``)
+    core: str = "stable"
 
 
 def _test_vectors(key, op, opts: _Options, adjoint: bool):
@@ -442,6 +444,10 @@ def _cur(key, op, k, l, kb, lb, opts: _Options):
     rs = SL.row_step(k2, C, sz, method, pb.Uk)                            # Line 4
     I = rs.rows
     Rm = jnp.where(valid[:, None], op.rows(I), 0)
+    if opts.core == "cross":
+        U, nr, sols, R_s, Qt = _cross_core(k3, C, I, cs, rs, sz, opts.sharded)
+        parts = (I, J, C, U, Rm, nr, sols, R_s, Qt, None, None)
+        return _cur_tail(key, op, opts, cs, rs, sz, parts)
     # triangular factors of the damped sketch pivot block (preconditions C, gives X_1^+;
     # unless the rule refined: done) and of a damped Gaussian sketch of R^H (preconditions
     # R^H): one batched Householder call
@@ -463,6 +469,38 @@ def _cur(key, op, k, l, kb, lb, opts: _Options):
     # the bound's test vectors ride in the last pass A Q_R: right ones, E Omega
     Om = _test_vectors(key, op, opts, adjoint=False) if _fusable(opts) else None
     U, nr, sols, AOm = _stable_cur_U(op, C, Rm, (PC, PR), sz, opts, extra, Om)
+    return _cur_tail(key, op, opts, cs, rs, sz, (I, J, C, U, Rm, nr, sols, R_s, Qt, AOm, Om))
+
+
+def _cross_core(key, C, I, cs, rs, sz: SL.Sizes, separate: bool):
+    """The cross-approximation core ``U = A(I, J)^+`` (beyond the thesis; Goreinov,
+    Tyrtyshnikov and Zamarashkin's skeleton/cross approximation): the pseudo-inverse of the
+    k x k intersection ``S = C(I, :)`` on its numerical rank, from the damped factor of
+    ``[S; D]`` (``rdr_jax._src.linalg.pseudo_inverse``), batched with the pipeline's pending
+    solves. No pass over A. Returns ``(U, numerical rank of C, the other solutions, R_s,
+    Qt)`` (``R_s, Qt``: the pivot block's factor when the rule did not refine, else None)."""
+    valid = sz.valid()
+    both = valid[:, None] & valid[None, :]
+    Sn, s = L.unit_scale(jnp.where(both, C[I], 0), return_scale=True)   # S = Sn / s
+    Rw, Qw = L.sketch_qr(L.damped_block(Sn, valid))
+    extra = [L.pseudo_inverse_system(Rw, Qw, valid)]
+    R_s = Qt = None
+    if cs.piv is None:
+        R_s, Qt = L.sketch_qr(SL.damped_pivot_block(cs.pb, sz))
+        extra.append(L.pseudo_inverse_system(R_s, Qt, valid))
+    sols = L.left_solves(extra + rs.pending(), separate=separate)
+    U = jnp.where(both, sols[0] * s, 0)                                  # S^+ = s Sn^+
+    keep = _c_preconditioner(key, C, R_s if cs.pb.oblivious else None, sz)[1]
+    return U, jnp.sum(keep, axis=-1).astype(jnp.int32), sols[1:], R_s, Qt
+
+
+def _cur_tail(key, op, opts: _Options, cs, rs, sz: SL.Sizes, parts):
+    """The certificates and the result of :func:`_cur` from ``parts = (I, J, C, U, Rm, nr,
+    sols, R_s, Qt, AOm, Om)`` (``sols``: the pending solutions, the pivot block's first when
+    the rule did not refine; ``AOm``: the fused ``A Omega`` of the bound's test vectors
+    ``Om``, or None)."""
+    I, J, C, U, Rm, nr, sols, R_s, Qt, AOm, Om = parts
+    pb = cs.pb
     if cs.piv is None:
         eta, sols = SL.finish_columns(pb, R_s, Qt, sols[0], sz).eta, sols[1:]
     else:
@@ -729,7 +767,8 @@ def interpolative_to_tolerance(key, A: Any, tol: float, *, side: str = "column",
     return res
 
 
-def cur(key, A: Any, k: int, *, method: Any = "lupp", on_rank_deficient: str = "warn") -> CUR:
+def cur(key, A: Any, k: int, *, method: Any = "lupp", on_rank_deficient: str = "warn",
+        core: str = "stable") -> CUR:
     """Randomized CUR decomposition ``A ~ C U R`` (thesis Eq. (2.8), Algorithm 1).
 
     Columns by pivoting on a sketch, rows by pivoting on ``C = A(:, cols)``, and
@@ -741,16 +780,21 @@ def cur(key, A: Any, k: int, *, method: Any = "lupp", on_rank_deficient: str = "
 
     Args:
       key, A, k, method, on_rank_deficient: as :func:`interpolative` (k an int rank).
+      core: ``"stable"`` (default): ``U = C^+ A R^+`` (Eq. (2.10); one more pass over A,
+        the best U for these C and R in the Frobenius norm); ``"cross"``: ``U = A(I, J)^+``,
+        the pseudo-inverse of the k x k intersection (cross approximation; no pass over A
+        for U, but its error can grow with ``1 / sigma_min(A(I, J))``;
+        ``docs/choosing-a-method.md`` says when to use which).
 
     Returns:
       :class:`CUR` with the certificates ``eta`` (columns) and ``eta_rows`` (rows). Bound its
       error with :func:`rdr_jax.error_bound`, or ask :func:`cur_with_bound` for both.
     """
-    return _run_cur(key, A, k, method, on_rank_deficient, None)
+    return _run_cur(key, A, k, method, on_rank_deficient, None, core)
 
 
 def cur_with_bound(key, A: Any, k: int, *, method: Any = "lupp", failure_prob: float = 0.01,
-                   on_rank_deficient: str = "warn"):
+                   on_rank_deficient: str = "warn", core: str = "stable"):
     """:func:`cur` and the a posteriori bound of :func:`rdr_jax.error_bound` on its error, in
     one program: the 20 Gaussian test vectors (from ``key``'s certificate stream,
     independent of the factors) ride in the pass ``A Q_R`` that builds ``U`` (``A [Q_R,
@@ -758,26 +802,35 @@ def cur_with_bound(key, A: Any, k: int, *, method: Any = "lupp", failure_prob: f
     stated-probability error bound from one call and one pass over A.
 
     Args:
-      key, A, k, method, on_rank_deficient: as :func:`cur`.
+      key, A, k, method, on_rank_deficient, core: as :func:`cur` (with ``core="cross"``
+        the test vectors take a product of their own: there is no pass ``A Q_R``).
       failure_prob: in (0, 1), the failure probability of each bound (default 0.01).
 
     Returns:
       ``(CUR, ErrorBound)``: the CUR of :func:`cur` (the same skeletons; the factors equal
       to rounding) and :class:`~rdr_jax.ErrorBound`.
     """
-    return _run_cur(key, A, k, method, on_rank_deficient, failure_prob)
+    return _run_cur(key, A, k, method, on_rank_deficient, failure_prob, core)
 
 
-def _run_cur(key, A, k, method, on_rank_deficient, failure_prob):
+#: the cores of :func:`cur`
+CUR_CORES = ("stable", "cross")
+
+
+def _run_cur(key, A, k, method, on_rank_deficient, failure_prob, core):
     """The body of :func:`cur` (``failure_prob`` None) and of :func:`cur_with_bound`."""
     _check_policy(on_rank_deficient)
+    if core not in CUR_CORES:
+        raise ValueError(f"core must be one of {CUR_CORES}: 'stable' (U = C^+ A R^+, "
+                         f"Eq. (2.10)) or 'cross' (U = A(I, J)^+); got {core!r}")
     key = V.check_key(key)
     op = as_operator(A)
     k = check_rank(k, op.shape)
     m = resolve_method(method).for_operator(op)
     m.pivot.check_backend()
     sz = SL.plan(m, k, sketch_size(m, k, op.shape), op.shape, key)
-    out = _cur(key, op, *sz, _Options(m, "cur", _sharded(op), _bound_options(failure_prob, op)))
+    out = _cur(key, op, *sz, _Options(m, "cur", _sharded(op), _bound_options(failure_prob, op),
+                                      core))
     return _finish(out, failure_prob is not None, k, _TRIM["cur"], on_rank_deficient)
 
 
