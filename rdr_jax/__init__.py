@@ -37,6 +37,7 @@ from rdr_jax.operators import (
     implicit_operator,
 )
 from rdr_jax.randomized_svd import RSVD, range_sketch, rangefinder, rsvd
+from rdr_jax.krylov import block_krylov_svd, krylov_range
 from rdr_jax.id_cur.selection import (CPQR, DEIM, LUPP, SRCUR, ColumnSelection, Leverage, Method,
     RowSelection, Skeletons, select_columns, select_rows, select_skeletons)
 from rdr_jax.sketching import SRTT, Gaussian, SparseSign
@@ -60,7 +61,7 @@ __all__ = [
     "frobenius_norm", "spectral_norm", "spectral_norm_upper",
     "DenseOperator", "FactoredOperator", "ImplicitOperator", "LinearOperator", "SparseOperator",
     "as_operator", "factored_operator", "implicit_operator",
-    "RSVD", "range_sketch", "rangefinder", "rsvd",
+    "RSVD", "range_sketch", "rangefinder", "rsvd", "block_krylov_svd", "krylov_range",
     "CPQR", "DEIM", "LUPP", "SRCUR", "Leverage", "FullCPQR", "Method", "ColumnSelection", "RowSelection",
     "Skeletons", "select_columns", "select_rows", "select_skeletons",
     "Gaussian", "SRTT", "SparseSign",
