@@ -321,6 +321,7 @@ class Tables(NamedTuple):
     thesis_items: tuple[tuple[str, int, str, tuple[str, ...], str], ...]
     criteria: tuple[tuple[str, str], ...]
     earlier_counts: tuple[tuple[str, Mapping[str, tuple[int, int, int, int]]], ...]
+    beyond: tuple["BeyondItem", ...] = ()
 
 
 #: each table's fields: name -> required
@@ -342,7 +343,19 @@ _FIELDS: dict[str, dict[str, bool]] = {
     "thesis_items": {"label": True, "chapter": True, "what": True, "jobs": True, "why": False},
     "criteria": {"words": True, "criterion": True},
     "earlier_counts": {"source": True, "text": True, "counts": True},
+    "beyond": {"name": True, "script": True, "title": True, "result": True},
 }
+
+
+class BeyondItem(NamedTuple):
+    """A "Beyond the thesis" experiment: its result ``results_dir/beyond/<name>/<result>``
+    (the JSON schema of ``experiments/beyond_*.py``), written by
+    ``python experiments/<script>.py --out <that folder>``."""
+
+    name: str
+    script: str
+    title: str
+    result: str
 
 
 class _Entry:
@@ -546,6 +559,14 @@ def load_tables(path: Union[str, Path] = TABLES_FILE) -> Tables:
                                  f"(four integers); got {v!r}")
         e.text("source")
         earlier.append((e.text("text"), {k: tuple(v) for k, v in counts.items()}))
+    beyond = []
+    for e in entries("beyond"):
+        item = BeyondItem(e.str("name"), e.str("script"), e.text("title"), e.str("result"))
+        if not (EXPERIMENTS / f"{item.script}.py").is_file():
+            e.fail("script", f"unknown script {item.script!r} (no experiments/{item.script}.py)")
+        if any(b.name == item.name for b in beyond):
+            e.fail("name", f"duplicate name {item.name!r}")
+        beyond.append(item)
     return Tables(
         jobs=tuple(jobs), claim_notes=tuple(claim_notes),
         same_runs=tuple((job_name(e), e.str("claim"), e.text("repeats"))
@@ -563,7 +584,7 @@ def load_tables(path: Union[str, Path] = TABLES_FILE) -> Tables:
         thesis_items=tuple(thesis_items),
         criteria=tuple((e.text("words"), e.text("criterion").replace("{min_draws}", str(
             MIN_DRAWS)).replace("{causes}", ", ".join(CAUSES))) for e in entries("criteria")),
-        earlier_counts=tuple(earlier))
+        earlier_counts=tuple(earlier), beyond=tuple(beyond))
 
 
 TABLES = load_tables()
@@ -601,6 +622,8 @@ CRITERIA = TABLES.criteria
 #: the counts of earlier reports: (the sentence's start, kind -> (HELD, NOT HELD, NOT RUN,
 #: NOT EVALUATED)), shown below the counts by data kind
 EARLIER_COUNTS = TABLES.earlier_counts
+#: the "Beyond the thesis" experiments (their own page section, never in the thesis' counts)
+BEYOND = TABLES.beyond
 
 
 # ======================================================================================
@@ -1833,8 +1856,46 @@ def not_held_digest(results: Sequence[JobResult]) -> list[str]:
     return L[:-1] if L else L
 
 
+def load_beyond(results_dir: Path) -> list[tuple[BeyondItem, Optional[dict]]]:
+    """Each :data:`BEYOND` item with its result JSON (None when it has not been run)."""
+    out = []
+    for item in BEYOND:
+        path = results_dir / "beyond" / item.name / item.result
+        out.append((item, json.loads(path.read_text()) if path.is_file() else None))
+    return out
+
+
+def beyond_section(items: Sequence[tuple[BeyondItem, Optional[dict]]]) -> list[str]:
+    """The page's "Beyond the thesis" section: every claim of the papers' methods that
+    rdr_jax adds (issue 33), with the published and the measured number; its own counts."""
+    done = [(i, r) for i, r in items if r is not None]
+    claims = [c for _, r in done for c in r["claims"]]
+    held = sum(bool(c["held"]) for c in claims)
+    L = ["## Beyond the thesis", "",
+         "Methods the field uses now that the thesis does not have. Each claim is the "
+         "paper's (or a stated fact of the method), checked by its `experiments/beyond_*.py` "
+         "script on the paper's kind of test matrix. **These are not in the thesis' counts "
+         f"above.** {held} HELD, {len(claims) - held} NOT HELD"
+         + (f"; {len(items) - len(done)} not run" if len(done) < len(items) else "") + ".", ""]
+    for item, res in items:
+        L += [f"### {item.title}", ""]
+        out = f"experiments/reproduction/beyond/{item.name}"
+        if res is None:
+            L += [f"NOT RUN: `python experiments/{item.script}.py --out {out}`.", ""]
+            continue
+        L += [f"{md_escape(res['paper'])}. `{res['command']}` ({res['mode']} mode; results in "
+              f"`{out}`).", "", "| Claim | Published | Measured | Setting | Verdict |",
+              "|---|---|---|---|---|"]
+        L += [f"| {md_escape(c['claim'])} | {md_escape(c['published'])} | "
+              f"{md_escape(c['measured'])} | {md_escape(c['setting'])} | "
+              f"{'HELD' if c['held'] else '**NOT HELD**'} |" for c in res["claims"]]
+        L.append("")
+    return L
+
+
 def build_markdown(results: Sequence[JobResult], figures: Mapping[str, Sequence[Mapping]],
-                   *, command: str, total_s: float, last: Optional[Mapping] = None) -> str:
+                   *, command: str, total_s: float, last: Optional[Mapping] = None,
+                   beyond: Sequence[tuple[BeyondItem, Optional[dict]]] = ()) -> str:
     """The whole ``docs/reproduction.md`` page (see the module docstring)."""
     claims = [c for r in results for c in r.claims]
     n = _counts(claims)
@@ -1920,6 +1981,8 @@ def build_markdown(results: Sequence[JobResult], figures: Mapping[str, Sequence[
               + (f"; {m[INFO]} information checks" if m[INFO] else "") + ".", ""]
         for r in rs:
             L += _job_section(r, figures.get(r.job.name, ()))
+    if beyond:
+        L += beyond_section(beyond)
     L += ["## Where the thesis text is off", "",
           "Discrepancies found while reproducing (the code follows the corrected reading):", ""]
     L += [f"- **{a}**: {b}" for a, b in ERRATA]
@@ -2040,7 +2103,7 @@ def build_page(results_dir: Path, docs_dir: Path, *, command: str, dpi: float = 
     page = docs_dir / PAGE
     docs_dir.mkdir(parents=True, exist_ok=True)
     page.write_text(build_markdown(results, figures, command=command, total_s=total,
-                                   last=manifest.get("last")))
+                                   last=manifest.get("last"), beyond=load_beyond(results_dir)))
     return page, results
 
 

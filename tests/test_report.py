@@ -732,6 +732,9 @@ _BROKEN = [  # (what is replaced, by what, what the error must name)
     ('[[jobs]]\nname = "kahan_demo"', '[[jobs]]\nname = kahan_demo', ["not valid TOML"]),
     ('"real substitute" = [26, 29, 0, 2]', '"real substitute" = [26, 29, 0]',
      ["earlier_counts[0]", "field 'counts'", "four integers"]),
+    ('script = "beyond_krylov"', 'script = "beyond_krylow"',
+     ["beyond[1] (name 'krylov', script 'beyond_krylow')", "field 'script'",
+      "unknown script"]),
 ]
 
 
@@ -745,3 +748,31 @@ def test_a_malformed_tables_file_names_the_entry_and_the_field(tmp_path, old, ne
         R.load_tables(path)
     for part in named:
         assert part in str(e.value), (part, str(e.value))
+
+
+def test_beyond_the_thesis_has_its_own_section_and_counts(tmp_path):
+    """A beyond result (the schema of experiments/beyond_*.py) is shown with its published
+    and measured numbers in its own section; an item not run says how to run it; the
+    thesis' headline counts do not change."""
+    item = R.BEYOND[0]
+    out = tmp_path / "beyond" / item.name
+    out.mkdir(parents=True)
+    claims = [{"claim": "exact at exact rank", "published": "exact", "measured": "1e-15",
+               "held": True, "setting": "90 x 70"},
+              {"claim": "faster", "published": "2x", "measured": "1.1x", "held": False,
+               "setting": "1000 x 1000"}]
+    (out / item.result).write_text(json.dumps({
+        "section": "Beyond the thesis", "item": "x", "paper": "Someone (2024)",
+        "mode": "full", "command": f"python experiments/{item.script}.py", "versions": {},
+        "claims": claims}))
+    items = R.load_beyond(tmp_path)
+    assert items[0][1]["claims"] == claims and all(r is None for _, r in items[1:])
+    text = "\n".join(R.beyond_section(items))
+    assert "1 HELD, 1 NOT HELD" in text and f"{len(R.BEYOND) - 1} not run" in text
+    assert "| faster | 2x | 1.1x | 1000 x 1000 | **NOT HELD** |" in text
+    assert f"NOT RUN: `python experiments/{R.BEYOND[1].script}.py --out" in text
+    results = _results(tmp_path / "jobs", quick=False)
+    plain = R.build_markdown(results, {}, command="x", total_s=0.0)
+    page = R.build_markdown(results, {}, command="x", total_s=0.0, beyond=items)
+    assert "## Beyond the thesis" in page and "## Beyond the thesis" not in plain
+    assert page.split("### What")[0] == plain.split("### What")[0]     # the same headline
