@@ -34,9 +34,10 @@ _KERNELS = ("gaussian", "laplace")
 
 
 class PartialCholesky(NamedTuple):
-    """A partial Cholesky factor ``A ~ F F^H`` (a Nystrom approximation from columns
-    ``pivots``): pivots (k,), F (N x k), trace_error ``tr(A - F F^H)`` (from the residual
-    diagonal), entries_evaluated (entries of A read: diagonal, pivot rows, blocks)."""
+    """A Nystrom approximation ``A ~ F F^H`` from the columns ``pivots``: pivots (k,), F
+    (N x k; a partial Cholesky factor, column i from pivot i, except for "uniform"),
+    trace_error ``tr(A - F F^H)`` (from the residual diagonal), entries_evaluated (entries
+    of A read: diagonal, pivot rows, blocks)."""
 
     pivots: jax.Array
     F: jax.Array
@@ -171,18 +172,32 @@ def _stop_level(trace0, dtype):
     return 16 * float(np.finfo(dtype).eps) * trace0
 
 
+def _uniform(key, A, k: int, dtype):
+    """Uniform Nystrom: k distinct pivots S drawn uniformly, ``F = A[:, S] V diag(w)^{-1/2}``
+    from ``A[S, S] = V diag(w) V^H`` with eigenvalues below ``k eps max(w)`` dropped (the
+    pseudo-inverse of ``numpy.linalg.pinv``): stable where a Cholesky of an ill-conditioned
+    ``A[S, S]`` is not. Columns of F follow the eigenvalues, not the pivots."""
+    d0 = jnp.maximum(_diagonal(A, dtype), 0)
+    n = d0.shape[0]
+    piv = jax.random.choice(key, n, (k,), replace=False).astype(jnp.int32)
+    rows = _rows(A, piv, dtype)                                        # A[S, :], k x N
+    W = rows[:, piv]
+    W = (W + W.T) / 2
+    w, V = jnp.linalg.eigh(W)
+    keep = w > k * float(np.finfo(dtype).eps) * jnp.maximum(jnp.max(w), 0)
+    scale = jnp.where(keep, 1 / jnp.sqrt(jnp.where(keep, w, 1)), 0)
+    G = D.mm((V * scale[None, :]).T, rows)                              # F^H, k x N
+    d = jnp.maximum(d0 - jnp.sum(G * G, axis=0), 0).at[piv].set(0)
+    return piv, G, d, jnp.asarray((k + 1) * n, _int())
+
+
 def _sequential(key, A, k: int, method: str, dtype):
-    """One pivot per step (rpc, greedy, uniform): Algorithm 1 of arXiv 2207.06503 with the
-    pivot rule swapped. G (k x N) holds F^H row by row."""
+    """One pivot per step (rpc, greedy): Algorithm 1 of arXiv 2207.06503 with the pivot
+    rule swapped. G (k x N) holds F^H row by row."""
     d0 = jnp.maximum(_diagonal(A, dtype), 0)
     n = d0.shape[0]
     stop = _stop_level(jnp.sum(d0), dtype)
-    if method == "uniform":
-        preset = jax.random.choice(key, n, (k,), replace=False).astype(jnp.int32)
-        draws = jnp.zeros((k,), dtype)
-    else:
-        preset = jnp.zeros((k,), jnp.int32)
-        draws = jax.random.uniform(key, (k,), dtype)
+    draws = jax.random.uniform(key, (k,), dtype)
 
     def body(i, state):
         G, d, piv, chosen = state
@@ -190,16 +205,14 @@ def _sequential(key, A, k: int, method: str, dtype):
         done = total <= stop
         if method == "rpc":
             s = _sample(d, total, draws[i])
-        elif method == "greedy":
-            s = jnp.argmax(d).astype(jnp.int32)
         else:
-            s = preset[i]
-        if method != "uniform":      # residual is rounding noise: pad with unused indices
-            s = jnp.where(done, jnp.argmax(~chosen).astype(jnp.int32), s)
+            s = jnp.argmax(d).astype(jnp.int32)
+        # residual at rounding level: pad with unused indices
+        s = jnp.where(done, jnp.argmax(~chosen).astype(jnp.int32), s)
         row = _rows(A, s[None], dtype)[0]
         r = row - D.mm(G[:, s][None, :], G)[0]
         ds = d[s]
-        ok = (ds > 0) & ~done if method != "uniform" else ds > 0
+        ok = (ds > 0) & ~done
         g = jnp.where(ok, r / jnp.sqrt(jnp.where(ok, ds, 1)), 0)
         G = G.at[i].set(g)
         d = jnp.maximum(d - g * g, 0).at[s].set(0)
@@ -289,6 +302,8 @@ def _core(key, A, k: int, method: str, b: int):
     dtype = np.dtype(A.dtype)
     if method == "accelerated":
         piv, G, d, ents = _accelerated(key, A, k, b, dtype)
+    elif method == "uniform":
+        piv, G, d, ents = _uniform(key, A, k, dtype)
     else:
         piv, G, d, ents = _sequential(key, A, k, method, dtype)
     return PartialCholesky(piv, G.T, jnp.sum(d), ents)
@@ -357,8 +372,8 @@ def rpcholesky(key, A, k: int, *, method: str = "rpc",
     2410.03969): rounds of ``block_size`` proposals thinned by rejection sampling, the same
     pivot distribution as "rpc", the rows updated with block products (faster).
     ``"greedy"``: the largest residual diagonal entry (partially pivoted Cholesky);
-    ``"uniform"``: k distinct pivots uniformly at random (the Nystrom approximation
-    ``A[:, S] A[S, S]^+ A[S, :]``). Why: a near-optimal Nystrom approximation of a kernel
+    ``"uniform"``: k distinct pivots uniformly at random, ``F = A[:, S] (A[S, S]^+)^{1/2}``
+    by an eigendecomposition (the Nystrom approximation ``A[:, S] A[S, S]^+ A[S, :]``). Why: a near-optimal Nystrom approximation of a kernel
     matrix from few entry evaluations, never forming it.
 
     Args:
