@@ -38,6 +38,8 @@ from rdr_jax.operators import (
 )
 from rdr_jax.randomized_svd import RSVD, range_sketch, rangefinder, rsvd
 from rdr_jax.krylov import block_krylov_svd, krylov_range
+from rdr_jax.rpcholesky import (KernelEntries, PartialCholesky, PSDEntries, kernel_entries,
+                                rpcholesky)
 from rdr_jax.id_cur.selection import (CPQR, DEIM, LUPP, SRCUR, ColumnSelection, Leverage, Method,
     RowSelection, Skeletons, select_columns, select_rows, select_skeletons)
 from rdr_jax.sketching import SRTT, Gaussian, SparseSign
@@ -62,6 +64,7 @@ __all__ = [
     "DenseOperator", "FactoredOperator", "ImplicitOperator", "LinearOperator", "SparseOperator",
     "as_operator", "factored_operator", "implicit_operator",
     "RSVD", "range_sketch", "rangefinder", "rsvd", "block_krylov_svd", "krylov_range",
+    "rpcholesky", "PartialCholesky", "PSDEntries", "KernelEntries", "kernel_entries",
     "CPQR", "DEIM", "LUPP", "SRCUR", "Leverage", "FullCPQR", "Method", "ColumnSelection", "RowSelection",
     "Skeletons", "select_columns", "select_rows", "select_skeletons",
     "Gaussian", "SRTT", "SparseSign",

@@ -47,7 +47,7 @@ def test_every_public_function_is_measured_and_none_grows_past_8_parameters():
     m = _metrics()
     counts = m.public_function_parameters()
     assert counts["rdr_jax.angles.report.angle_report"] == 8          # was 14, measured
-    assert counts["rdr_jax.id_cur.decompositions.cur"] == 5
+    assert counts["rdr_jax.id_cur.decompositions.cur"] == 6           # core= (issue 33)
     assert len(counts) > 250
     assert m.measure()["public_over_8"] == {}
 
@@ -178,7 +178,7 @@ def test_signatures_show_the_new_parameters():
     assert list(inspect.signature(R.interpolative).parameters) == [
         "key", "A", "k", "side", "method", "on_rank_deficient"]
     assert list(inspect.signature(R.cur).parameters) == [
-        "key", "A", "k", "method", "on_rank_deficient"]
+        "key", "A", "k", "method", "on_rank_deficient", "core"]
 
 
 def test_no_code_tests_a_concrete_pivot_rule_or_sketch():
