@@ -30,7 +30,8 @@ from rdr_jax.sketching import hash_normal
 __all__ = ["ErrorBound", "error_bound", "certify_factors", "bound_from_sample",
            "adjoint_residual", "gaussian_test_vectors", "fro_factor", "spec_quantile",
            "norm_factor", "chernoff_root", "check_failure_prob", "min_vectors", "DEFAULT_NUM_VECTORS",
-           "MAX_LOOSENESS"]
+           "MAX_LOOSENESS", "KrylovCertificate", "krylov_depth", "krylov_failure_prob",
+           "krylov_spectral", "residual_spectral", "check_spectral", "KW_LANCZOS_CONST"]
 
 #: default number of Gaussian test vectors: with delta = 0.01 the Frobenius bound is at most
 #: 1.77x the estimate (1/sqrt(tau) of (F)), so its median ratio to the truth is below 2.
@@ -45,9 +46,12 @@ class ErrorBound(NamedTuple):
 
     Attributes:
       fro: ``>= ||E||_F`` with probability ``>= 1 - failure_prob``.
-      spectral: ``>= ||E||_2`` with probability ``>= 1 - failure_prob``; never above ``fro``.
+      spectral: ``>= ||E||_2`` with probability ``>= 1 - failure_prob``; never above ``fro``
+        for the default ``spectral="sample"``; with ``spectral="krylov"`` the Krylov
+        certificate, at most ``looseness`` times ``||E||_2``.
       fro_estimate: ``sqrt(||E Omega||_F^2 / s)``, unbiased in square for ``||E||_F^2``.
-      spectral_estimate: an estimate of ``||E||_2`` (a lower bound when ``power_iters >= 1``).
+      spectral_estimate: an estimate of ``||E||_2`` (a lower bound when ``power_iters >= 1``
+        or ``spectral="krylov"``).
       norm_estimate: the same estimate of ``||A||_F`` (for relative errors).
       failure_prob: the failure probability of each bound.
     """
@@ -136,6 +140,101 @@ def min_vectors(delta: float, complex_: bool = False) -> int:
 
 
 # --------------------------------------------------------------------------------------
+# the Krylov spectral certificate (Kuczynski and Wozniakowski 1992)
+# --------------------------------------------------------------------------------------
+#: the constant of Kuczynski and Wozniakowski (1992), Theorem 4.1(a): a Lanczos estimate of
+#: the top eigenvalue of an N x N PSD matrix from k products and a uniformly random start is
+#: below ``(1 - eps) lambda_max`` with probability ``<= 1.648 sqrt(N) exp(-sqrt(eps)(2k - 1))``
+KW_LANCZOS_CONST = 1.648
+#: the stream of the Krylov start block: ``fold_in(key, KRYLOV_STREAM)``, independent of the
+#: Frobenius test vectors drawn from ``key`` itself
+KRYLOV_STREAM = 0x4B57
+
+
+@dataclasses.dataclass(frozen=True)
+class KrylovCertificate:
+    """Options of the Krylov spectral certificate of :func:`error_bound` (``spectral=``).
+
+    Attributes:
+      looseness: ``L > 1``: the bound is ``L`` times a Rayleigh-Ritz lower estimate of
+        ``||E||_2``, so it never exceeds ``L ||E||_2`` (to rounding); the depth grows like
+        ``log(sqrt(N) / failure_prob) / sqrt(1 - 1/L^2)``.
+      block_size: ``b >= 1`` Gaussian start vectors (a block Krylov space); the failure
+        probability per column may then be ``failure_prob ** (1/b)`` (fewer passes over A,
+        ``b`` vectors each).
+    """
+
+    looseness: float = 2.0
+    block_size: int = 1
+
+    def __post_init__(self):
+        L = self.looseness
+        if isinstance(L, (bool, np.bool_)) or not isinstance(L, numbers.Real):
+            raise TypeError(f"looseness must be a float > 1; got {type(L).__name__} {L!r}")
+        if not (math.isfinite(float(L)) and float(L) > 1.0):
+            raise ValueError(f"looseness must be a finite float > 1 (bound / estimate); got {L!r}")
+        V.check_int("block_size", self.block_size, low=1)
+
+
+def _kw_dim(m: int, n: int, complex_: bool) -> int:
+    """The dimension N of the KW bound: ``min(m, n)`` (the smaller Gram matrix), doubled for
+    complex data (a complex Hermitian N x N matrix acts as a real symmetric 2N x 2N one)."""
+    return min(m, n) * (2 if complex_ else 1)
+
+
+def krylov_failure_prob(depth: int, looseness: float, dim: int, block_size: int = 1) -> float:
+    """Failure probability of the Krylov certificate: ``min(1, 1.648 sqrt(N) exp(-sqrt(eps)
+    (2 depth - 1)))^b`` with ``eps = 1 - 1/looseness^2`` (KW 1992, Thm. 4.1(a), per start
+    column; the block contains each column's Krylov space and the columns are independent)."""
+    eps = 1.0 - 1.0 / looseness ** 2
+    p = KW_LANCZOS_CONST * math.sqrt(dim) * math.exp(-math.sqrt(eps) * (2 * depth - 1))
+    return min(1.0, p) ** block_size
+
+
+def krylov_depth(delta: float, looseness: float, dim: int, block_size: int = 1) -> int:
+    """Smallest Krylov depth k (products with ``E^H E``) whose certificate fails with
+    probability ``<= delta`` (:func:`krylov_failure_prob`)."""
+    eps = 1.0 - 1.0 / looseness ** 2
+    per_col = math.log(KW_LANCZOS_CONST * math.sqrt(dim)) - math.log(delta) / block_size
+    k = max(1, math.ceil((per_col / math.sqrt(eps) + 1.0) / 2.0))
+    while krylov_failure_prob(k, looseness, dim, block_size) > delta:   # rounding guard
+        k += 1
+    return k
+
+
+def _orth_against(W, Qs):
+    """``W`` with the span of the (orthonormal) blocks ``Qs`` projected out twice (CGS2),
+    then an orthonormal basis of it (thin QR)."""
+    for _ in range(2):
+        for Q in Qs:
+            W = W - mm(Q, mm(Q.conj().T, W))
+    return jnp.linalg.qr(W, mode="reduced")[0]
+
+
+def krylov_spectral(key, apply_e, apply_eh, n: int, depth: int, block_size: int, dtype):
+    """Rayleigh-Ritz lower estimate of ``||E||_2`` over the block Krylov space
+    ``span{Omega, (E^H E) Omega, ..., (E^H E)^{depth-1} Omega}`` for an ``n x b`` Gaussian
+    start ``Omega``; ``apply_e`` (``X -> E X``) and ``apply_eh`` (``Y -> E^H Y``) are called
+    ``depth`` and ``depth - 1`` times. Traceable (``n``, ``depth``, ``block_size`` static).
+
+    The estimate is ``sigma_max(E Q T)`` for the basis ``Q`` re-weighted by ``T`` (from the
+    eigendecomposition of ``Q^H Q``, dropping directions of a collapsed, rank-deficient
+    block), so it never exceeds ``||E||_2`` beyond rounding."""
+    rdt = V.real_dtype(dtype)
+    Om = gaussian_test_vectors(key, n, block_size, dtype)
+    Qs = [jnp.linalg.qr(Om, mode="reduced")[0]]
+    EQs = [apply_e(Qs[0])]
+    for _ in range(depth - 1):
+        Qs.append(_orth_against(apply_eh(EQs[-1]), Qs))
+        EQs.append(apply_e(Qs[-1]))
+    Q, EQ = jnp.concatenate(Qs, axis=1), jnp.concatenate(EQs, axis=1)
+    g, Vg = jnp.linalg.eigh(mm(Q.conj().T, Q))
+    keep = g > jnp.max(g) * (Q.shape[1] * jnp.finfo(rdt).eps)
+    T = Vg * jnp.where(keep, 1.0 / jnp.sqrt(jnp.where(keep, g, 1.0)), 0.0).astype(dtype)
+    return _top_singular(mm(EQ, T), rdt)
+
+
+# --------------------------------------------------------------------------------------
 # the traceable core
 # --------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +242,9 @@ class _CertConfig:
     num_vectors: int
     delta: float
     power_iters: int
+    krylov_depth: int = 0          # 0: the sample bound (S); else the Krylov certificate
+    block_size: int = 1
+    looseness: float = 1.0
 
 
 def gaussian_test_vectors(key, n: int, s: int, dtype) -> jax.Array:
@@ -241,9 +343,33 @@ def adjoint_residual(AhOm, Om, F, G, H):
 CERT_STREAM = 0x5EED
 
 
+def residual_spectral(key, op: LinearOperator, F, G, H, depth: int, block_size: int):
+    """:func:`krylov_spectral` on ``E = A - F G H^H`` (or on ``E^H`` when ``m < n``: the
+    smaller Gram matrix); start block from ``key``. Traceable (``depth``, ``block_size``
+    static)."""
+    Gh = None if G is None else G.conj().T
+
+    def e(X):
+        return op.matmat(X) - _lowrank_apply(F, G, H, X)
+
+    def eh(Y):
+        return op.rmatmat(Y) - _lowrank_apply(H, Gh, F, Y)
+    m, n = op.shape
+    if m < n:
+        return krylov_spectral(key, eh, e, m, depth, block_size, op.dtype)
+    return krylov_spectral(key, e, eh, n, depth, block_size, op.dtype)
+
+
 @functools.partial(_jit.jit, static_argnames=("cfg",))
 def _certificate_jit(key, op, F, G, H, cfg: _CertConfig):
-    return certify_factors(key, op, F, G, H, cfg.num_vectors, cfg.delta, cfg.power_iters)
+    b = certify_factors(key, op, F, G, H, cfg.num_vectors, cfg.delta, cfg.power_iters)
+    if cfg.krylov_depth == 0:
+        return b
+    est = residual_spectral(jax.random.fold_in(key, KRYLOV_STREAM), op, F, G, H,
+                            cfg.krylov_depth, cfg.block_size)
+    rdt = b.spectral.dtype
+    return b._replace(spectral=(cfg.looseness * est).astype(rdt),
+                      spectral_estimate=est.astype(rdt))
 
 
 def check_num_vectors(num_vectors: Any, delta: float, complex_: bool = False) -> int:
@@ -259,8 +385,25 @@ def check_num_vectors(num_vectors: Any, delta: float, complex_: bool = False) ->
     return s
 
 
+def check_spectral(spectral: Any) -> KrylovCertificate | None:
+    """``spectral=`` of :func:`error_bound`: ``"sample"`` (None), ``"krylov"`` (the default
+    :class:`KrylovCertificate`) or a :class:`KrylovCertificate`; else a clear error."""
+    if isinstance(spectral, KrylovCertificate):
+        return spectral
+    if isinstance(spectral, str):
+        if spectral == "sample":
+            return None
+        if spectral == "krylov":
+            return KrylovCertificate()
+        raise ValueError(f"spectral must be 'sample', 'krylov' or a KrylovCertificate; "
+                         f"got {spectral!r}")
+    raise TypeError(f"spectral must be 'sample', 'krylov' or a KrylovCertificate; got "
+                    f"{type(spectral).__name__} {spectral!r}")
+
+
 def error_bound(key, A: Any, approx, *, failure_prob: float = 0.01,
-                num_vectors: int = DEFAULT_NUM_VECTORS, power_iters: int = 0) -> ErrorBound:
+                num_vectors: int = DEFAULT_NUM_VECTORS, power_iters: int = 0,
+                spectral: Any = "sample") -> ErrorBound:
     """Upper bounds on ``||A - A_hat||_F`` and ``||A - A_hat||_2`` that each hold with
     probability ``>= 1 - failure_prob``, from ``num_vectors`` Gaussian test vectors.
 
@@ -279,6 +422,13 @@ def error_bound(key, A: Any, approx, *, failure_prob: float = 0.01,
       num_vectors: test vectors s (too few for ``failure_prob`` raise: the bound would exceed
         the estimate by more than 10x).
       power_iters: Rayleigh-Ritz steps for ``spectral_estimate`` (two passes each).
+      spectral: ``"sample"`` (the bound above, from the same test vectors), or ``"krylov"``
+        / a :class:`rdr_jax.certify.KrylovCertificate`: ``spectral = L * est`` with ``est``
+        the Lanczos (block Krylov) estimate of ``||E||_2`` from a Gaussian start, a lower bound,
+        and a depth chosen from ``failure_prob``, ``min(m, n)`` and ``L`` by Kuczynski and
+        Wozniakowski (1992), Thm. 4.1(a); so ``||E||_2 <= spectral <= L ||E||_2``
+        (``docs/error-bounds.md``, "Krylov spectral certificate"). Costs ``2 depth - 1``
+        products of A with ``block_size`` vectors (``depth`` 6 for ``min(m, n) = 1000``).
 
     Returns:
       :class:`ErrorBound`, scalars in A's real dtype; jit (options static) and vmap-able.
@@ -289,8 +439,18 @@ def error_bound(key, A: Any, approx, *, failure_prob: float = 0.01,
     cplx = np.dtype(op.dtype).kind == "c"
     s = check_num_vectors(num_vectors, delta, cplx)
     p = V.check_int("power_iters", power_iters, low=0)
+    kc = check_spectral(spectral)
+    cfg = _CertConfig(s, delta, p)
+    if kc is not None:
+        if p:
+            raise ValueError(f"power_iters = {p} sets the estimate of spectral='sample'; "
+                             "spectral='krylov' chooses its own depth: leave power_iters 0")
+        dim = _kw_dim(*op.shape, cplx)
+        depth = krylov_depth(delta, float(kc.looseness), dim, kc.block_size)
+        depth = min(depth, -(-min(op.shape) // kc.block_size))   # a full space: exact
+        cfg = _CertConfig(s, delta, 0, depth, kc.block_size, float(kc.looseness))
     F, G, H = low_rank_factors(approx, op.shape)
     dt = op.dtype
     F, H = F.astype(dt), H.astype(dt)
     G = None if G is None else jnp.asarray(G).astype(dt)
-    return _certificate_jit(key, op, F, G, H, _CertConfig(s, delta, p))
+    return _certificate_jit(key, op, F, G, H, cfg)
