@@ -23,8 +23,9 @@ Claims (printed as HELD / NOT HELD):
 2. The same survey: on rapidly decaying spectra the plain randomized SVD is already near
    optimal (RSI's q = 0 within 10% of sigma_{k+1} in the spectral norm).
 4. With a cluster of equal singular values wider than the block (the thesis' flat top of 20
-   against b = 10), RBKI stalls; b = 20 does not (block Lanczos finds at most b copies of a
-   repeated value).
+   against b = 10), RBKI stalls where b = 20 is already near optimal (block Lanczos finds at
+   most b copies of a repeated value in exact arithmetic; in floating point rounding seeds the
+   missing directions, so b = 10 catches up later: reported).
 3. The thesis' prior bound (Theorem 3.1, ``rdr_jax.angles.space_agnostic_bound`` with
    ``l = b``, q = depth, calibrated constants) also bounds the Krylov space's canonical
    angles, because ``K_q`` contains RSI's range for the same test matrix: every key's angles
@@ -106,10 +107,13 @@ def run(args, argv=None):
     claim1 = all(kr <= rs for _, kr, rs in better)
     rsvd0 = med(fast, budgets[0], "rsi_over_opt")
     claim2 = rsvd0 <= 1.1
-    # claim 4: a cluster of equal singular values wider than the block stalls RBKI
-    top = budgets[-1]
+    # claim 4: a cluster of equal singular values wider than the block stalls RBKI, at the
+    # first budget where b = 20 is within 5% of optimal; in floating point rounding seeds the
+    # missing directions, which then grow, so b = 10 catches up later (reported, not claimed)
+    top = next((b for b in budgets if med(flat, b, "krylov_b20_over_opt") <= 1.05), budgets[-1])
     flat_b10, flat_b20 = (med(flat, top, "krylov_over_opt"), med(flat, top, "krylov_b20_over_opt"))
-    claim4 = flat_b10 > 1.2 and flat_b20 < flat_b10
+    claim4 = flat_b10 > 1.2 and flat_b20 <= 1.05
+    caught = next((b for b in budgets if med(flat, b, "krylov_over_opt") <= 1.05), None)
 
     # claim 3: the thesis' prior bound for (l = b, q) bounds the Krylov space's angles
     from rdr_jax import angles
@@ -159,8 +163,10 @@ def run(args, argv=None):
                       "b equal singular values: choose b at least the cluster's size",
              "published": "block Lanczos finds at most b copies of a repeated eigenvalue "
                           "(exact arithmetic; Tropp & Webber 2023 on the block size)",
-             "measured": f"flat top of 20, {top} matvecs: b = 10 {flat_b10:.3f}, "
-                         f"b = 20 {flat_b20:.3f} (x sigma_k+1)", "held": bool(claim4),
+             "measured": f"flat top of 20, {top} matvecs (b = 20's first within 5%): b = 10 "
+                         f"{flat_b10:.3f}, b = 20 {flat_b20:.3f} (x sigma_k+1); b = 10 catches "
+                         + (f"up at {caught} matvecs (rounding seeds the missing directions)"
+                            if caught else "up at no budget tried"), "held": bool(claim4),
              "setting": f"the thesis' polynomial decay (flat top of 20); {setting}"},
         ],
         "load_average": _common.loadavg(), "env": _common.env_info(),
