@@ -116,9 +116,10 @@ def rsvd_loo(key, A: Any, s: int, *, power_iters: int = 0) -> LOOEstimate:
       key: ``jax.random.key``.
       A: m x n matrix or operator (float32/float64/complex).
       s: sketch size = rank of ``A_hat``, an int in ``[2, min(m, n)]`` (static).
-      power_iters: q (static), plain subspace iteration. Unstable for fast spectral decay
-        (the estimate rests on R, whose condition grows like ``(s_1/s_s)^(2q+1)``): prefer
-        q = 0 or a float64 A there (measured in ``docs/error-bounds.md``).
+      power_iters: q (static), plain subspace iteration (no re-orthonormalisation: the
+        estimate needs R of ``(A A^H)^q A Omega`` itself, of condition ``~(s_1/s_s)^(2q+1)``;
+        E&T warn it can be unstable for fast decay). Any q: trust the estimate above
+        ``~1e3 eps ||A||_F``, below it is rounding noise (``docs/error-bounds.md``).
 
     Returns:
       :class:`LOOEstimate` ``(svd, error, jackknife, terms)``; jit- and vmap-able.
