@@ -19,7 +19,8 @@ from rdr_jax import datasets, matrices, norms, operators, sketching
 from rdr_jax import angles
 from rdr_jax import certify, diagnostics
 from rdr_jax import id_cur
-from rdr_jax.certify import ErrorBound, error_bound
+from rdr_jax.certify import ErrorBound, KrylovCertificate, error_bound
+from rdr_jax.loo import LOOEstimate, NystromEstimate, nystrom_loo, rsvd_loo
 from rdr_jax.id_cur.decompositions import (CUR, ColumnID, RowID, TwoSidedID, cur, cur_with_bound,
                                            id_to_svd, interpolative, interpolative_to_tolerance,
                                            interpolative_with_bound)
@@ -65,6 +66,7 @@ __all__ = [
     "as_operator", "factored_operator", "implicit_operator",
     "RSVD", "range_sketch", "rangefinder", "rsvd", "block_krylov_svd", "krylov_range",
     "rpcholesky", "PartialCholesky", "PSDEntries", "KernelEntries", "kernel_entries",
+    "KrylovCertificate", "LOOEstimate", "NystromEstimate", "rsvd_loo", "nystrom_loo",
     "CPQR", "DEIM", "LUPP", "SRCUR", "Leverage", "FullCPQR", "Method", "ColumnSelection", "RowSelection",
     "Skeletons", "select_columns", "select_rows", "select_skeletons",
     "Gaussian", "SRTT", "SparseSign",
