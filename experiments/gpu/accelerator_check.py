@@ -20,6 +20,12 @@ Rows (each printed as it finishes, raw numbers in the JSON):
    matmul precision (TF32) against ``jax.default_matmul_precision("highest")``, mean over 5
    keys: target within 1.05x.
 5. ``program``: library custom calls and conditionals in the compiled default programs.
+6. ``beyond``: the methods of issue 33 ("Beyond the thesis"), warm time and error beside the
+   thesis' defaults on the same matrix: ARP (``Method("arp")``) and Rand-LUPP column IDs,
+   CUR with ``core="cross"`` and the stable core, ``block_krylov_svd`` and ``rsvd`` (equal
+   products), ``error_bound(spectral="krylov")`` (bound / true spectral error, and its time
+   over the ID's), ``rsvd_loo`` (estimate / true error), and RPCholesky (plain and
+   accelerated) on a Gaussian kernel of 8192 points given by ``kernel_entries``.
 """
 
 from __future__ import annotations
@@ -211,11 +217,78 @@ def row_program(n_rows=400, n_cols=300, k=50):
     return out
 
 
+def row_beyond(A64, k, repeats, n_points):
+    """Issue 33's methods on the accelerator: warm time and error beside the defaults."""
+    import rdr_jax as R
+    import rdr_jax.id_cur.arp  # noqa: F401  (registers Method("arp"))
+    out = []
+    with jax.enable_x64(True):
+        A = jnp.asarray(A64)
+        nA = np.linalg.norm(A64)
+
+        def err(approx):
+            return float(np.linalg.norm(A64 - np.asarray(approx.todense())) / nA)
+
+        def err_svd(r):
+            return float(np.linalg.norm(A64 - (np.asarray(r.U) * np.asarray(r.s))
+                                        @ np.asarray(r.Vt)) / nA)
+
+        key = jax.random.key(1)
+        cases = [
+            ("id Rand-LUPP", lambda: R.interpolative(key, A, k, on_rank_deficient="ignore"), err),
+            ("id ARP", lambda: R.interpolative(key, A, k, method="arp",
+                                               on_rank_deficient="ignore"), err),
+            ("cur stable", lambda: R.cur(key, A, k, on_rank_deficient="ignore"), err),
+            ("cur cross", lambda: R.cur(key, A, k, on_rank_deficient="ignore", core="cross"),
+             err),
+            ("rsvd q=2", lambda: R.rsvd(key, A, k, power_iters=2), err_svd),
+            ("block_krylov_svd depth=2", lambda: R.block_krylov_svd(
+                key, A, k, block_size=k + 10, depth=2), err_svd),
+        ]
+        for name, f, e in cases:
+            t = timed(f, repeats=repeats)
+            r = {"case": name, "k": k, "time_s": t, "rel_err_fro": e(f())}
+            out.append(r)
+            print(f"[beyond] {name}: {t*1e3:.2f} ms, rel. error {r['rel_err_fro']:.3e}",
+                  flush=True)
+        d = R.interpolative(key, A, k, on_rank_deficient="ignore")
+        true2 = float(np.linalg.norm(A64 - np.asarray(d.todense()), 2))
+        f_cert = jax.jit(lambda kk: R.error_bound(kk, A, d, spectral="krylov").spectral)
+        t_cert = timed(f_cert, jax.random.key(7), repeats=repeats)
+        ratio = float(f_cert(jax.random.key(7))) / true2
+        t_id = next(r["time_s"] for r in out if r["case"] == "id Rand-LUPP")
+        out.append({"case": "error_bound spectral=krylov", "time_s": t_cert,
+                    "bound_over_true": ratio, "cost_over_id": t_cert / t_id})
+        print(f"[beyond] krylov certificate: bound/true {ratio:.2f}, {t_cert*1e3:.2f} ms = "
+              f"{t_cert / t_id:.2f}x the ID", flush=True)
+        loo = R.rsvd_loo(key, A, k)
+        true_f = float(np.linalg.norm(A64 - (np.asarray(loo.svd.U) * np.asarray(loo.svd.s))
+                                      @ np.asarray(loo.svd.Vt)))
+        out.append({"case": "rsvd_loo", "time_s": timed(lambda: R.rsvd_loo(key, A, k),
+                                                         repeats=repeats),
+                    "estimate_over_true": float(loo.error) / true_f})
+        print(f"[beyond] rsvd_loo: estimate/true {out[-1]['estimate_over_true']:.3f}",
+              flush=True)
+        X = jnp.asarray(np.random.default_rng(0).standard_normal((n_points, 3)))
+        K = R.kernel_entries(X, "gaussian", 1.0)
+        for method in ("rpc", "accelerated"):
+            f = jax.jit(lambda kk, method=method: R.rpcholesky(kk, K, 4 * k, method=method))
+            t = timed(f, key, repeats=max(3, repeats // 4))
+            res = f(key)
+            out.append({"case": f"rpcholesky {method}", "N": n_points, "k": 4 * k,
+                        "time_s": t, "trace_error_rel": float(res.trace_error) / n_points,
+                        "entries_evaluated": int(res.entries_evaluated)})
+            print(f"[beyond] rpcholesky {method}: {t*1e3:.1f} ms, rel. trace error "
+                  f"{out[-1]['trace_error_rel']:.3e}", flush=True)
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
     ap.add_argument("--out", default="experiments/results/accelerator_check.json")
-    ap.add_argument("--only", default="program,column_id,precision,sparse_sign,first_call")
+    ap.add_argument("--only",
+                    default="program,column_id,precision,sparse_sign,first_call,beyond")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     t0 = time.perf_counter()
@@ -238,7 +311,8 @@ def main(argv=None):
              ("precision", lambda: row_precision(A64, ks)),
              ("sparse_sign", lambda: row_sparse_sign(*((4096, 64, 128, 8) if args.quick else
                                                        (65536, 256, 512, 8)), reps)),
-             ("first_call", lambda: row_first_call(m, n, ks[0], 1 if args.quick else 3))]
+             ("first_call", lambda: row_first_call(m, n, ks[0], 1 if args.quick else 3)),
+             ("beyond", lambda: row_beyond(A64, ks[0], reps, 512 if args.quick else 8192))]
     for name, step in steps:
         if name not in only:
             continue
