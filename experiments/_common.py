@@ -149,6 +149,11 @@ def host_threads(n: int):
     """
     with contextlib.ExitStack() as stack:
         if n > 0:
+            # threadpoolctl limits only the libraries already loaded: load scipy's OpenBLAS
+            # (behind jaxlib's CPU LAPACK calls and numpy's linalg) first, or a script that
+            # imports scipy later runs it unlimited (10-100x slower rSVD/CPQR selections
+            # were measured that way in experiments/beyond_arp.py)
+            import scipy.linalg  # noqa: F401
             try:
                 from threadpoolctl import threadpool_limits
                 stack.enter_context(threadpool_limits(limits=n))

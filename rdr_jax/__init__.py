@@ -9,6 +9,9 @@ Main functions (the key is always the first argument):
   lives in :mod:`rdr_jax.id_cur`.
 * Rangefinder and SVD: :func:`rangefinder`, :func:`rsvd`; error bounds: :func:`error_bound`.
 * Chapter 3, canonical angles: :mod:`rdr_jax.angles`.
+* Beyond the thesis (``docs/changes-0.4.md``): :func:`block_krylov_svd`, :func:`rpcholesky`,
+  ``cur(..., core="cross")``, :func:`rsvd_loo`, ``error_bound(..., spectral="krylov")`` and
+  the :class:`ARP` pivot rule (``Method("arp")``).
 * Chapters 4-5 (``pip install -e ".[train]"`` in a clone): :mod:`rdr_jax.dac`,
   :mod:`rdr_jax.adawac`, :mod:`rdr_jax.models`, :mod:`rdr_jax.training`.
 * Inputs: :func:`as_operator` accepts dense arrays, scipy.sparse, BCOO, scipy LinearOperators,
@@ -45,6 +48,7 @@ from rdr_jax.id_cur.selection import (CPQR, DEIM, LUPP, SRCUR, ColumnSelection, 
     RowSelection, Skeletons, select_columns, select_rows, select_skeletons)
 from rdr_jax.sketching import SRTT, Gaussian, SparseSign
 from rdr_jax.id_cur.full_cpqr import FullCPQR
+from rdr_jax.id_cur.arp import ARP, arp_select
 from rdr_jax.id_cur.streaming import (StreamingSkeletons, cur_from_skeletons, retrieve_skeletons,
     streaming_sketches, streaming_skeletons)
 from rdr_jax import distributed
@@ -53,7 +57,7 @@ from rdr_jax.id_cur.outofcore import DiskMatrix, streaming_cur
 from rdr_jax.randomized_svd import CholeskyQR2, Householder, cholesky_qr2
 from rdr_jax._src.jit import compilation_cache
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "angles", "certify", "diagnostics", "id_cur", "datasets", "matrices", "norms", "operators", "sketching",
@@ -67,6 +71,7 @@ __all__ = [
     "RSVD", "range_sketch", "rangefinder", "rsvd", "block_krylov_svd", "krylov_range",
     "rpcholesky", "PartialCholesky", "PSDEntries", "KernelEntries", "kernel_entries",
     "KrylovCertificate", "LOOEstimate", "NystromEstimate", "rsvd_loo", "nystrom_loo",
+    "ARP", "arp_select",
     "CPQR", "DEIM", "LUPP", "SRCUR", "Leverage", "FullCPQR", "Method", "ColumnSelection", "RowSelection",
     "Skeletons", "select_columns", "select_rows", "select_skeletons",
     "Gaussian", "SRTT", "SparseSign",

@@ -5,8 +5,8 @@ test then checks it."""
 
 import rdr_jax as R
 
-#: name -> Method: the thesis' seven algorithms, each other sketch, the sketch interpolation
-#: and the deterministic full-matrix CPQR baseline
+#: name -> Method: the thesis' seven algorithms, each other sketch, the sketch interpolation,
+#: the deterministic full-matrix CPQR baseline and adaptive randomized pivoting (issue 33)
 METHODS = {
     "Rand-LUPP": R.Method("Rand-LUPP"),
     "Rand-LUPP-1piter": R.Method("Rand-LUPP-1piter"),
@@ -19,6 +19,7 @@ METHODS = {
     "cpqr/sparse_sign": R.Method("cpqr", sketch="sparse_sign"),
     "lupp/interp=sketch": R.Method("lupp", interp="sketch"),
     "full_cpqr": R.Method(R.FullCPQR()),
+    "arp": R.Method(R.ARP()),
 }
 #: the randomized ones (their skeletons depend on the key)
 RANDOMIZED = [name for name, m in METHODS.items() if not isinstance(m.pivot, R.FullCPQR)]
