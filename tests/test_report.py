@@ -733,7 +733,7 @@ _BROKEN = [  # (what is replaced, by what, what the error must name)
     ('"real substitute" = [26, 29, 0, 2]', '"real substitute" = [26, 29, 0]',
      ["earlier_counts[0]", "field 'counts'", "four integers"]),
     ('script = "beyond_krylov"', 'script = "beyond_krylow"',
-     ["beyond[1] (name 'krylov', script 'beyond_krylow')", "field 'script'",
+     ["beyond[2] (name 'krylov', script 'beyond_krylow')", "field 'script'",
       "unknown script"]),
 ]
 
