@@ -88,7 +88,7 @@ def _batched(method, kmax, block):
     import jax
     import jax.numpy as jnp
 
-    import rdr_jax.rpcholesky as R
+    import rdr_jax.pivoted_cholesky as R
 
     def one(key, K):
         r = R.rpcholesky(key, K, kmax, method=method, block_size=block)
@@ -143,7 +143,7 @@ def _bound_check(seed, n, r, eps, trials, kmax):
     k-pivot errors read off the kmax-pivot program of :func:`_curves`, compiled already)."""
     import jax
 
-    import rdr_jax.rpcholesky as R
+    import rdr_jax.pivoted_cholesky as R
 
     rng = np.random.default_rng(seed)
     K = R.kernel_entries(smile_points(n, rng), "gaussian", 2.0)
@@ -192,7 +192,7 @@ def _run(args, argv):
     import scipy
     from tqdm import tqdm
 
-    import rdr_jax.rpcholesky as R
+    import rdr_jax.pivoted_cholesky as R
 
     quick = args.quick
     n = 300 if quick else 10_000

@@ -42,7 +42,7 @@ from rdr_jax.operators import (
 )
 from rdr_jax.randomized_svd import RSVD, range_sketch, rangefinder, rsvd
 from rdr_jax.krylov import block_krylov_svd, krylov_range
-from rdr_jax.rpcholesky import (KernelEntries, PartialCholesky, PSDEntries, kernel_entries,
+from rdr_jax.pivoted_cholesky import (KernelEntries, PartialCholesky, PSDEntries, kernel_entries,
                                 rpcholesky)
 from rdr_jax.id_cur.selection import (CPQR, DEIM, LUPP, SRCUR, ColumnSelection, Leverage, Method,
     RowSelection, Skeletons, select_columns, select_rows, select_skeletons)

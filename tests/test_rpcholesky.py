@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from rdr_jax.rpcholesky import (PSDEntries, kernel_entries, rpcholesky)
+from rdr_jax.pivoted_cholesky import (PSDEntries, kernel_entries, rpcholesky)
 
 METHODS = ("rpc", "accelerated", "greedy", "uniform")
 
