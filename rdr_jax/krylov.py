@@ -31,8 +31,9 @@ import jax.numpy as jnp
 
 from rdr_jax._src import jit as _jit
 from rdr_jax._src import validation as V
+from rdr_jax._src.dense import mm as _mm
 from rdr_jax._src.tallqr import Householder
-from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
+from rdr_jax.operators import LinearOperator, as_operator
 from rdr_jax.randomized_svd import RSVD, orth
 from rdr_jax.sketching import as_sketch
 
@@ -40,9 +41,6 @@ __all__ = ["krylov_range", "block_krylov_svd", "krylov_basis"]
 
 _HOUSEHOLDER = Householder()
 
-
-def _mm(a, b):
-    return jnp.matmul(a, b, precision=HIGHEST)
 
 
 def krylov_basis(key, op: LinearOperator, block_size: int, depth: int, sketch):

@@ -220,7 +220,6 @@ def row_program(n_rows=400, n_cols=300, k=50):
 def row_beyond(A64, k, repeats, n_points):
     """Issue 33's methods on the accelerator: warm time and error beside the defaults."""
     import rdr_jax as R
-    import rdr_jax.id_cur.arp  # noqa: F401  (registers Method("arp"))
     out = []
     with jax.enable_x64(True):
         A = jnp.asarray(A64)
