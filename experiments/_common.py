@@ -234,6 +234,29 @@ def srtt(key, l, m, *, dtype=None):
     return SRTT().draw(key, l, m, dtype=dtype)
 
 
+def time_calls(fn, *args, repeats: int = 3, warmup: int = 2):
+    """Call ``fn(*args)`` ``warmup`` times untimed (compilation, then warm caches), then time
+    ``repeats`` calls, each blocked until its result is ready.
+
+    Returns:
+        (list of seconds per timed call, the last call's output). The experiments' one timer:
+        callers take the median or the minimum of the list.
+    """
+    import time
+
+    import jax
+
+    out = None
+    for _ in range(warmup):
+        out = jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return times, out
+
+
 #: the rule every timing claim follows (shown in the claims' details)
 NOISE_RULE = ("a comparison is decided only when the medians differ by more than the repeats' "
               "spread (the larger min-max range of the two cells)")

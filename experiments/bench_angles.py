@@ -47,7 +47,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -58,7 +57,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rdr_jax import angles, matrices  # noqa: E402
 from rdr_jax.sketching import Gaussian  # noqa: E402
-from _common import parser  # noqa: E402
+from _common import parser, time_calls  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_angles.json"
 TARGET = 10.0
@@ -86,15 +85,7 @@ def _fmt_load(load):
 
 
 def time_call(fn, repeats: int, warmup: int = 2):
-    out = None
-    for _ in range(warmup):
-        out = jax.block_until_ready(fn())
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return times, out
+    return time_calls(fn, repeats=repeats, warmup=warmup)
 
 
 def blas_context(single: bool):

@@ -48,20 +48,14 @@ import numpy as np
 
 import rdr_jax as R
 from rdr_jax import matrices as M
-from _common import parser
+from _common import parser, time_calls
 
 TARGET = 0.10   # error-bound cost / decomposition cost (issue 15)
 FUSED_TARGET = 0.05   # the bound fused into the CUR's last pass, its extra cost (issue 30)
 
 
 def timed(f, *args, repeats=3):
-    for _ in range(2):     # first call: quick compile, second: optimised (rdr_jax._src.jit)
-        out = jax.block_until_ready(f(*args))
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = jax.block_until_ready(f(*args))
-        ts.append(time.perf_counter() - t)
+    ts, out = time_calls(f, *args, repeats=repeats)
     return statistics.median(ts), out
 
 

@@ -58,7 +58,7 @@ import numpy as np  # noqa: E402
 
 import rdr_jax as R  # noqa: E402
 from rdr_jax.id_cur import pivoting as P  # noqa: E402
-from _common import parser  # noqa: E402
+from _common import parser, time_calls  # noqa: E402
 
 
 def user_blas_threads(n):
@@ -74,16 +74,7 @@ def user_blas_threads(n):
 
 
 def timed(f, *args, repeats=3):
-    # two untimed calls (compilation, then caches warm); the timed calls are steady state
-    for _ in range(2):
-        out = f(*args)
-        jax.block_until_ready(out)
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = f(*args)
-        jax.block_until_ready(out)
-        ts.append(time.perf_counter() - t)
+    ts, out = time_calls(f, *args, repeats=repeats)   # 2 warm-ups: compile, then caches
     return statistics.median(ts), out
 
 

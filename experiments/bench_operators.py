@@ -49,7 +49,7 @@ import rdr_jax
 from rdr_jax import operators as ops
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import gaussian, parser, sparse_sign  # noqa: E402
+from _common import gaussian, parser, sparse_sign, time_calls  # noqa: E402
 
 F64 = jnp.float64
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_operators"
@@ -59,14 +59,7 @@ REPORTED_1E6 = {"sketch_gauss": 73.7, "cols": 13.9, "rows": 10.3, "matmat": 20.7
 
 
 def _timeit(fn, args, repeats):
-    for _ in range(2):     # warm-up: rdr_jax's quick first-call compile, then the optimised one
-        jax.block_until_ready(fn(*args))
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return min(time_calls(fn, *args, repeats=repeats)[0])   # best of the timed calls
 
 
 # ---- the previous implementation (XLA segment sums), for the "before" column -------------

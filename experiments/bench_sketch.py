@@ -56,7 +56,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -70,7 +69,7 @@ from tqdm import tqdm
 from rdr_jax._src.kernels import sparse_sign_apply_host
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import gaussian, parser, sparse_sign, srtt  # noqa: E402
+from _common import gaussian, parser, sparse_sign, srtt, time_calls  # noqa: E402
 from rdr_jax.operators import HIGHEST
 
 F32 = jnp.float32
@@ -103,17 +102,9 @@ def _block(x):
 def time_call(fn, args, repeats: int, warmup: int = 2):
     """Run ``fn(*args)`` ``warmup`` times (compile + warm caches), then time ``repeats`` calls.
 
-    Returns (list of seconds, output of the last warm-up call).
+    Returns (list of seconds, output of the last call).
     """
-    out = None
-    for _ in range(warmup):
-        out = _block(fn(*args))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        _block(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return times, out
+    return time_calls(fn, *args, repeats=repeats, warmup=warmup)
 
 
 def single_thread_blas():

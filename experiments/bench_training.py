@@ -40,7 +40,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -48,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_info, loadavg, parser  # noqa: E402
+from _common import env_info, loadavg, parser, time_calls  # noqa: E402
 
 from rdr_jax.adawac import configs as adawac_configs  # noqa: E402
 from rdr_jax.adawac import train as adawac  # noqa: E402
@@ -83,13 +82,7 @@ class _Fixed:
 
 def _timeit(fn, *args, n: int = 5) -> float:
     """Median seconds of ``fn(*args)`` (blocked) after one untimed call."""
-    jax.block_until_ready(fn(*args))
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+    return float(np.median(time_calls(fn, *args, repeats=n, warmup=1)[0]))
 
 
 def dac_case(name: str, runs: int):

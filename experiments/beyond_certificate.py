@@ -33,14 +33,13 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import scipy
 import scipy.stats
 
-from _common import THREADS_HELP, parser, run_main, write_csv
+from _common import THREADS_HELP, parser, run_main, time_calls, write_csv
 
 ROOT = Path(__file__).resolve().parent.parent
 FAILURE_PROB = 0.01
@@ -60,15 +59,7 @@ def parse_args(argv=None):
 
 
 def _timed(f, *args, repeats):
-    import jax
-    for _ in range(2):
-        jax.block_until_ready(f(*args))
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+    return statistics.median(time_calls(f, *args, repeats=repeats)[0])
 
 
 def _cert_matrices(args):

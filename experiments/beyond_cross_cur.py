@@ -28,7 +28,6 @@ schema of ``experiments/report.py``), ``cross_cur.csv``, ``cross_cur.png`` in ``
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -69,14 +68,7 @@ def _err(A, c):
 
 
 def _timed(fn):
-    import jax
-    jax.block_until_ready(fn())                      # compile
-    ts = []
-    for _ in range(3):
-        t = time.perf_counter()
-        jax.block_until_ready(fn())
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
+    return float(np.median(_common.time_calls(fn, repeats=3, warmup=1)[0]))
 
 
 def run(args, argv=None):

@@ -16,25 +16,18 @@ float32: the errors shown are far above float32 rounding.
 
 from __future__ import annotations
 
-import time
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import rdr_jax as R
 from rdr_jax import datasets, matrices
-from _common import parser
+from _common import parser, time_calls
 
 
 def _timed(fn, *args, repeats=3):
-    out = jax.block_until_ready(fn(*args))  # compile + warm up
-    best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - t0)
-    return out, best
+    ts, out = time_calls(fn, *args, repeats=repeats, warmup=1)   # compile + warm up
+    return out, min(ts)
 
 
 def _row(name, sketch, err, opt, seconds):

@@ -185,6 +185,8 @@ def test_cross_core_is_the_pseudo_inverse_of_the_intersection(method, dtype, rng
     s = R.cur(key, A, k, method=method)
     for f in ("rows", "cols", "C", "R", "eta", "eta_rows", "numerical_rank"):
         np.testing.assert_array_equal(np.asarray(getattr(x, f)), np.asarray(getattr(s, f)), f)
+    x2 = R.cur(key, A, k, method=method, core="cross")      # same key: bitwise the same U
+    np.testing.assert_array_equal(np.asarray(x2.U), np.asarray(x.U))
     A64 = A.astype(np.float64)
     I, J = np.asarray(x.rows), np.asarray(x.cols)
     ref = np.linalg.pinv(A64[np.ix_(I, J)])
