@@ -623,6 +623,8 @@ def test_every_not_held_names_a_cause_from_the_list():
     assert R.find_cause("dac_mnist/misspecified_lambda", "x:y")[0] == R.SUBSTITUTE_DATA
     assert R.find_cause("dac_mnist/different_number_of_aug", "x:y")[0] == \
         R.SETTING_TOO_SMALL          # rerun at 3000 steps; its loss had not plateaued
+    assert R.find_cause("dac_mnist/different_labeled_samples", "x:y")[1].startswith(
+        "7000 steps")
     assert R.find_cause("dac_mnist/fixmatch_dac", "x:lambda_1_best")[0] == \
         R.SETTING_TOO_SMALL          # a table not yet rerun at the new schedule
     assert R.find_cause("kahan_demo", ":anything") == ("", "")
