@@ -57,7 +57,7 @@ from rdr_jax.id_cur.outofcore import DiskMatrix, streaming_cur
 from rdr_jax.randomized_svd import CholeskyQR2, Householder, cholesky_qr2
 from rdr_jax._src.jit import compilation_cache
 
-__version__ = "0.4.0"
+__version__ = "0.4.1"
 
 __all__ = [
     "angles", "certify", "diagnostics", "id_cur", "datasets", "matrices", "norms", "operators", "sketching",

@@ -18,7 +18,7 @@ from rdr_jax._src.tallqr import CholeskyQR2, Householder, as_orthonormalizer, ch
 from rdr_jax.operators import HIGHEST, LinearOperator, as_operator
 from rdr_jax.sketching import as_sketch
 
-__all__ = ["rangefinder", "range_sketch", "rsvd", "RSVD", "power_range", "orth",
+__all__ = ["rangefinder", "range_sketch", "rsvd", "RSVD", "power_range", "orth", "sketch_options",
            "cholesky_qr2", "Householder", "CholeskyQR2", "as_orthonormalizer"]
 
 _HOUSEHOLDER = Householder()
@@ -71,6 +71,31 @@ def _range_jit(key, op, l, sketch, power_iters, stable, final, ortho):
     return orth(Y, ortho) if final else Y
 
 
+#: the fields of a :class:`rdr_jax.Method` that the sketch-based entry points read (its pivot
+#: rule is for skeleton selection and is not used here)
+SKETCH_FIELDS = ("sketch", "power_iters", "stable", "oversample", "orthonormalize")
+_SKETCH_DEFAULTS = {"sketch": "gaussian", "power_iters": 0, "stable": True, "oversample": None,
+                    "orthonormalize": "auto"}
+
+
+def sketch_options(method: Any = None, **flat) -> dict:
+    """The sketch options ``{sketch, power_iters, stable, oversample, orthonormalize}`` of
+    ``method`` (a :class:`rdr_jax.Method`, or None for the defaults), each replaced by the
+    keyword of the same name in ``flat`` when that is not None. Why: ``Method`` is the one
+    carrier of method options; the keywords are shorthands that override it."""
+    opts = dict(_SKETCH_DEFAULTS)
+    if method is not None:
+        if isinstance(method, (str, bytes)) or not all(hasattr(method, f) for f in SKETCH_FIELDS):
+            raise TypeError("method must be a rdr_jax.Method (for example Method(sketch='srtt', "
+                            f"power_iters=2)) or None; got {method!r}")
+        opts.update({f: getattr(method, f) for f in SKETCH_FIELDS})
+    unknown = set(flat) - set(SKETCH_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown sketch options {sorted(unknown)}; known: {list(SKETCH_FIELDS)}")
+    opts.update({f: v for f, v in flat.items() if v is not None})
+    return opts
+
+
 def _check_common(key, A, l, power_iters, sketch, orthonormalize="auto"):
     key = V.check_key(key)
     op = as_operator(A)
@@ -80,8 +105,9 @@ def _check_common(key, A, l, power_iters, sketch, orthonormalize="auto"):
     return key, op, l, q, as_sketch(sketch), as_orthonormalizer(orthonormalize, op)
 
 
-def range_sketch(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "gaussian",
-                 stable: bool = True, orthonormalize: Any = "auto") -> jax.Array:
+def range_sketch(key, A: Any, l: int, *, method: Any = None, power_iters: int | None = None,
+                 sketch: Any = None, stable: bool | None = None,
+                 orthonormalize: Any = None) -> jax.Array:
     """Range sketch ``Y`` (m x l) with q power iterations, not orthonormalised at the end
     when ``stable=False`` (Eq. (2.14): ``Y = (A A^H)^q A Omega^H``).
 
@@ -89,12 +115,22 @@ def range_sketch(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "ga
     ``range_sketch(key, as_operator(A).H, l, power_iters=1, stable=False).conj().T``.
     Arguments as :func:`rangefinder`.
     """
-    key, op, l, q, sk, ortho = _check_common(key, A, l, power_iters, sketch, orthonormalize)
-    return _range_jit(key, op, l, sk, q, bool(stable), False, ortho)
+    o = sketch_options(method, power_iters=power_iters, sketch=sketch, stable=stable,
+                       orthonormalize=orthonormalize)
+    key, op, l, q, sk, ortho = _check_common(key, A, l, o["power_iters"], o["sketch"],
+                                             o["orthonormalize"])
+    return _range_jit(key, op, l, sk, q, _check_stable(o["stable"]), False, ortho)
 
 
-def rangefinder(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "gaussian",
-                stable: bool = True, orthonormalize: Any = "auto") -> jax.Array:
+def _check_stable(stable) -> bool:
+    if not isinstance(stable, (bool, np.bool_)):
+        raise TypeError(f"stable must be a bool; got {stable!r}")
+    return bool(stable)
+
+
+def rangefinder(key, A: Any, l: int, *, method: Any = None, power_iters: int | None = None,
+                sketch: Any = None, stable: bool | None = None,
+                orthonormalize: Any = None) -> jax.Array:
     """Orthonormal basis ``Q`` (m x l) of a randomized range sketch of ``A`` (thesis Eqs.
     (2.14)-(2.15)); for a Gaussian sketch ``E ||A - Q Q^H A||_F^2 <= (l - 1)/(l - k - 1)
     ||A - A_k||_F^2`` (Halko et al. 2011, Thm 10.5). Why: the basis every randomized
@@ -104,19 +140,25 @@ def rangefinder(key, A: Any, l: int, *, power_iters: int = 0, sketch: Any = "gau
       key: ``jax.random.key``.
       A: m x n matrix or operator.
       l: sketch size, ``1 <= l <= min(m, n)`` (static).
-      power_iters: q >= 0 (static).
-      sketch: ``"gaussian"``, ``"srtt"``, ``"sparse_sign"`` or ``Gaussian()``, ``SRTT()``,
-        ``SparseSign(zeta)``.
-      stable: re-orthonormalise every half iteration (default); ``False`` is the plain
+      method: a :class:`rdr_jax.Method`, the carrier of the options below (its sketch,
+        power_iters, stable and orthonormalize; its pivot rule is not used). Default: the
+        defaults below. A keyword given here (not None) overrides the method's field.
+      power_iters: q >= 0 (static; default 0).
+      sketch: ``"gaussian"`` (default), ``"srtt"``, ``"sparse_sign"`` or ``Gaussian()``,
+        ``SRTT()``, ``SparseSign(zeta)``.
+      stable: re-orthonormalise every half iteration (default True); ``False`` is the plain
         power iteration.
-      orthonormalize: ``"auto"`` (CholeskyQR2 for row-sharded A, else Householder),
+      orthonormalize: ``"auto"`` (default: CholeskyQR2 for row-sharded A, else Householder),
         ``"householder"``, ``"cholesky_qr2"`` or an object (``CholeskyQR2(blocks=8)``).
 
     Returns:
       ``Q`` (m x l) with orthonormal columns; differentiable with every sketch.
     """
-    key, op, l, q, sk, ortho = _check_common(key, A, l, power_iters, sketch, orthonormalize)
-    return _range_jit(key, op, l, sk, q, bool(stable), True, ortho)
+    o = sketch_options(method, power_iters=power_iters, sketch=sketch, stable=stable,
+                       orthonormalize=orthonormalize)
+    key, op, l, q, sk, ortho = _check_common(key, A, l, o["power_iters"], o["sketch"],
+                                             o["orthonormalize"])
+    return _range_jit(key, op, l, sk, q, _check_stable(o["stable"]), True, ortho)
 
 
 @functools.partial(_jit.jit, static_argnames=("k", "l", "sketch", "power_iters", "stable",
@@ -134,8 +176,9 @@ def auto_power_iters(k: int, shape) -> int:
     return 7 if k < 0.1 * min(shape) else 4
 
 
-def rsvd(key, A: Any, k: int, *, oversample: int = 10, power_iters: int | str = 0,
-         sketch: Any = "gaussian", stable: bool = True, orthonormalize: Any = "auto") -> RSVD:
+def rsvd(key, A: Any, k: int, *, method: Any = None, oversample: int | None = None,
+         power_iters: int | str | None = None, sketch: Any = None,
+         stable: bool | None = None) -> RSVD:
     """Randomized truncated SVD (thesis Algorithm 4, Eq. (2.16)).
 
     ``Q = rangefinder(key, A, l)`` with ``l = min(k + oversample, m, n)``, then the SVD of
@@ -147,11 +190,15 @@ def rsvd(key, A: Any, k: int, *, oversample: int = 10, power_iters: int | str = 
       A: m x n matrix or operator.
       k: target rank, an int (static); for a tolerance use
         :func:`rdr_jax.interpolative_to_tolerance` and :func:`rdr_jax.id_to_svd`.
-      oversample: ``l - k``.
+      method: a :class:`rdr_jax.Method`, the carrier of the options below and of
+        ``orthonormalize`` (as :func:`rangefinder`; its pivot rule is not used), e.g.
+        ``Method(sketch="srtt", power_iters=2)``. A keyword given here (not None) overrides
+        the method's field.
+      oversample: ``l - k`` (default: the method's, else 10).
       power_iters: q (static), or ``"auto"``: scikit-learn's rule (7 if ``k < 0.1 min(m,
         n)`` else 4). The default 0 is the thesis' setting and the cheapest; use ``"auto"``
         or 1-2 on noisy, slowly decaying spectra (``docs/choosing-a-method.md``).
-      sketch, stable, orthonormalize: as :func:`rangefinder`.
+      sketch, stable: as :func:`rangefinder`.
 
     Returns:
       :class:`RSVD` ``(U, s, Vt)``: U (m x k), s (k,), Vt (k x n). Bound its error with
@@ -161,17 +208,21 @@ def rsvd(key, A: Any, k: int, *, oversample: int = 10, power_iters: int | str = 
         raise TypeError(f"rsvd() takes an integer rank k; got {k!r}. For a tolerance, use "
                         "rdr_jax.id_to_svd(rdr_jax.interpolative_to_tolerance(key, A, tol)"
                         ".trim())")
+    o = sketch_options(method, oversample=oversample, power_iters=power_iters, sketch=sketch,
+                       stable=stable)
     op = as_operator(A)
     m, n = op.shape
     k = V.check_int("k", k, low=1, high=min(m, n), high_desc=f"min(m, n) for A of shape {(m, n)}")
-    p = V.check_int("oversample", oversample, low=0)
+    p = V.check_int("oversample", 10 if o["oversample"] is None else o["oversample"], low=0)
     l = min(k + p, m, n)
+    power_iters = o["power_iters"]
     if isinstance(power_iters, str):
         if power_iters != "auto":
             raise ValueError(f"power_iters must be an int >= 0 or 'auto'; got {power_iters!r}")
         power_iters = auto_power_iters(k, op.shape)
-    key, op, l, q, sk, ortho = _check_common(key, op, l, power_iters, sketch, orthonormalize)
-    res = _rsvd_jit(key, op, k, l, sk, q, bool(stable), ortho)
+    key, op, l, q, sk, ortho = _check_common(key, op, l, power_iters, o["sketch"],
+                                             o["orthonormalize"])
+    res = _rsvd_jit(key, op, k, l, sk, q, _check_stable(o["stable"]), ortho)
     if V.is_concrete(res.s):
         s0 = float(res.s[0])
         V.warn_if_nonfinite(s0, "the largest singular value estimate")

@@ -165,3 +165,55 @@ def test_power_iters_auto_is_scikit_learns_rule():
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     with pytest.raises(ValueError, match="'auto'"):
         R.rsvd(jax.random.key(1), A, 8, power_iters="fast")
+
+
+@pytest.mark.parametrize("fn", ["rsvd", "rangefinder", "range_sketch"])
+def test_method_carries_the_sketch_options(fn, dtype, rng):
+    """``method=Method(...)`` gives bitwise the result of the same options as keywords; a
+    keyword overrides the method's field; a non-Method is a clear TypeError."""
+    A = jnp.asarray(rng.standard_normal((40, 30)), dtype)
+    key = jax.random.key(3)
+    f = getattr(R, fn)
+    m = R.Method(sketch="srtt", power_iters=2, stable=False)
+    via_method = f(key, A, 6, method=m)
+    flat = f(key, A, 6, sketch="srtt", power_iters=2, stable=False)
+    for a, b in zip(jax.tree.leaves(via_method), jax.tree.leaves(flat)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    default = f(key, A, 6)
+    np.testing.assert_array_equal(np.asarray(jax.tree.leaves(f(key, A, 6, method=R.Method()))[0]),
+                                  np.asarray(jax.tree.leaves(default)[0]))
+    over = f(key, A, 6, method=m, power_iters=0, sketch="gaussian", stable=True)
+    np.testing.assert_array_equal(np.asarray(jax.tree.leaves(over)[0]),
+                                  np.asarray(jax.tree.leaves(default)[0]))
+    with pytest.raises(TypeError, match="method must be a rdr_jax.Method"):
+        f(key, A, 6, method="srtt")
+    with pytest.raises(TypeError, match="stable must be a bool"):
+        f(key, A, 6, stable="yes")
+
+
+def test_rsvd_takes_oversample_from_the_method_and_works_in_jit_and_vmap(rng):
+    A = jnp.asarray(rng.standard_normal((50, 40)), jnp.float32)
+    keys = jax.random.split(jax.random.key(0), 3)
+    m = R.Method(oversample=4, power_iters=1)
+    one = R.rsvd(keys[0], A, 5, method=m)
+    ref = R.rsvd(keys[0], A, 5, oversample=4, power_iters=1)
+    np.testing.assert_array_equal(np.asarray(one.s), np.asarray(ref.s))
+    jitted = jax.jit(lambda k: R.rsvd(k, A, 5, method=m).s)(keys[0])
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(one.s), rtol=1e-5)
+    batch = jax.vmap(lambda k: R.rsvd(k, A, 5, method=m).s)(keys)
+    np.testing.assert_allclose(np.asarray(batch[0]), np.asarray(one.s), rtol=1e-5)
+    s_true = np.linalg.svd(np.asarray(A, np.float64), compute_uv=False)[:5]
+    np.testing.assert_allclose(np.asarray(one.s), s_true, rtol=0.15)
+
+
+def test_streaming_sketches_take_the_sketch_of_a_method(rng):
+    A = rng.standard_normal((24, 10))
+    blocks = [A[:10], A[10:]]
+    key = jax.random.key(1)
+    a = R.id_cur.streaming.streaming_sketches(key, blocks, A.shape, 4,
+                                              method=R.Method(sketch="sparse_sign"))
+    b = R.id_cur.streaming.streaming_sketches(key, blocks, A.shape, 4, sketch="sparse_sign")
+    np.testing.assert_array_equal(np.asarray(a.X), np.asarray(b.X))
+    with pytest.raises(ValueError, match="SRTT"):
+        R.id_cur.streaming.streaming_sketches(key, blocks, A.shape, 4,
+                                              method=R.Method(sketch="srtt"))

@@ -20,6 +20,7 @@ from rdr_jax.id_cur import selection as SL
 from rdr_jax.id_cur.decompositions import CUR
 from rdr_jax.operators import HIGHEST
 from rdr_jax.id_cur.selection import resolve_method
+from rdr_jax.randomized_svd import sketch_options
 from rdr_jax.sketching import as_sketch
 
 __all__ = ["StreamingSketches", "StreamingSkeletons", "streaming_sketches",
@@ -62,7 +63,7 @@ def _stream_update(X, blk, i0, kg, Omega, l, sketch):
 
 
 def streaming_sketches(key, blocks: Iterable[Any], shape: tuple[int, int], l: int, *,
-                       sketch: Any = "gaussian", axis: int = 0,
+                       method: Any = None, sketch: Any = None, axis: int = 0,
                        dtype=None) -> StreamingSketches:
     """Both sketches ``X = Gamma A`` and ``Y = A Omega^H`` in ONE pass over A
     (Algorithm 3, Line 2).
@@ -80,7 +81,9 @@ def streaming_sketches(key, blocks: Iterable[Any], shape: tuple[int, int], l: in
       blocks: iterable of 2-D arrays (numpy/jax/scipy.sparse), consecutive along ``axis``.
       shape: ``(m, n)`` of the full matrix.
       l: sketch size (static).
-      sketch: embedding for Gamma (name or choice object).
+      method: a :class:`rdr_jax.Method` whose ``sketch`` is Gamma's embedding (its other
+        fields do not apply to one pass); default ``Method()``, a Gaussian.
+      sketch: Gamma's embedding (name or choice object), overriding the method's.
       axis: 0 for row blocks, 1 for column blocks.
       dtype: working dtype (default: the first block's).
 
@@ -98,7 +101,7 @@ def streaming_sketches(key, blocks: Iterable[Any], shape: tuple[int, int], l: in
     m = V.check_int("shape[0]", shape[0], low=1)
     n = V.check_int("shape[1]", shape[1], low=1)
     l = V.check_int("l", l, low=1, high=min(m, n), high_desc=f"min(m, n) = {min(m, n)}")
-    sk = as_sketch(sketch)
+    sk = as_sketch(sketch_options(method, sketch=sketch)["sketch"])
     if not sk.streamable:
         raise ValueError("SRTT mixes all coordinates and cannot be applied block by block; "
                          "use sketch='gaussian' or 'sparse_sign' for streaming")
