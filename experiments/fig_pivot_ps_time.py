@@ -57,7 +57,8 @@ from rdr_jax.operators import HIGHEST
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (NOISE_RULE, OUT_HELP, THREADS_HELP, compare_times, env_info,  # noqa: E402
-                     ints as _ints, loadavg, parser, ratio_range, run_main)
+                     ints as _ints, loadavg, parser, ratio_range, run_main,
+                     time_calls)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "fig_pivot_ps_time"
 METHODS = ("LUPP", "CPQR", "DEIM")
@@ -85,12 +86,9 @@ def deim_pivots(Y, A, k):
 
 
 def time_median(fn, args, repeats: int) -> tuple[list[float], np.ndarray]:
-    out = jax.block_until_ready(fn(*args))        # compile + warm-up, excluded
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
+    """One untimed compile + warm-up call, then ``repeats`` timed calls
+    (:func:`_common.time_calls`); the pivots of the last call."""
+    times, out = time_calls(fn, *args, repeats=repeats, warmup=1)
     return times, np.asarray(out)
 
 
