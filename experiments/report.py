@@ -280,7 +280,7 @@ def find_cause(job: str, key: str) -> tuple[str, str]:
 
     Example:
         >>> find_cause("dac_mnist/fixmatch_dac", "fixmatch_dac:dac_improves_fixmatch")[0]
-        'setting too small'
+        'noise'
     """
     for jpat, kpat, cause, why in NOT_HELD_CAUSES:
         if fnmatch.fnmatchcase(job, jpat) and fnmatch.fnmatchcase(key, kpat):
