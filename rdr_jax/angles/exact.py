@@ -54,6 +54,8 @@ def _canonical_angles_jit(U, Vb, radians=False):
     if radians:                                    # cosines descending: the same order
         cos = jnp.linalg.svd(run_after(sv, mm(Qb.conj().T, Qs)), compute_uv=False)
         sines = jnp.arctan2(sines, cos)
+    else:                       # a singular value of the complement can round above 1
+        sines = jnp.minimum(sines, 1)
     return jnp.where(i < n, sines, jnp.nan), n
 
 
