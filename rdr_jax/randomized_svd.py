@@ -78,20 +78,20 @@ _SKETCH_DEFAULTS = {"sketch": "gaussian", "power_iters": 0, "stable": True, "ove
                     "orthonormalize": "auto"}
 
 
-def sketch_options(method: Any = None, **flat) -> dict:
+def sketch_options(method: Any = None, *, sketch: Any = None, power_iters: Any = None,
+                   stable: Any = None, oversample: Any = None, orthonormalize: Any = None) -> dict:
     """The sketch options ``{sketch, power_iters, stable, oversample, orthonormalize}`` of
     ``method`` (a :class:`rdr_jax.Method`, or None for the defaults), each replaced by the
-    keyword of the same name in ``flat`` when that is not None. Why: ``Method`` is the one
-    carrier of method options; the keywords are shorthands that override it."""
+    keyword of the same name when that is not None. Why: ``Method`` is the one carrier of
+    method options; the keywords are shorthands that override it."""
     opts = dict(_SKETCH_DEFAULTS)
     if method is not None:
         if isinstance(method, (str, bytes)) or not all(hasattr(method, f) for f in SKETCH_FIELDS):
             raise TypeError("method must be a rdr_jax.Method (for example Method(sketch='srtt', "
                             f"power_iters=2)) or None; got {method!r}")
         opts.update({f: getattr(method, f) for f in SKETCH_FIELDS})
-    unknown = set(flat) - set(SKETCH_FIELDS)
-    if unknown:
-        raise TypeError(f"unknown sketch options {sorted(unknown)}; known: {list(SKETCH_FIELDS)}")
+    flat = {"sketch": sketch, "power_iters": power_iters, "stable": stable,
+            "oversample": oversample, "orthonormalize": orthonormalize}
     opts.update({f: v for f, v in flat.items() if v is not None})
     return opts
 
