@@ -4,7 +4,9 @@ scripts."""
 import gc
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 # The suite runs thousands of small compiled functions whose run time is negligible next to
@@ -13,13 +15,41 @@ from pathlib import Path
 # LLVM-IR fusion emitters instead of the MLIR ones (halves it again; rdr_jax's own pipelines
 # do this per function, see rdr_jax/_jit.py). Set before jax initialises its backend;
 # notebook kernels and script subprocesses inherit it.
-for _flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"):
+# ``parallel_codegen_split_count=1``: one LLVM module per compile, not several compiled on
+# threads: the two xdist workers already keep both cores busy (a 7-program compile benchmark
+# under load: 6.7 s against 7.9 s).
+for _flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false",
+              "--xla_cpu_parallel_codegen_split_count=1"):
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+
+# One persistent compilation cache per test session, in a fresh temporary folder that the
+# session deletes at its end: the xdist workers, the files after a ``jax.clear_caches()``
+# and the notebook/script subprocesses (which inherit the variables) load the programs
+# another of them compiled instead of compiling them again. With the flag above, the full
+# suite on 2 cores took 803 s against 882 and 886 s without both (docs/development.md).
+# Created by the controlling process (the workers inherit it); a folder the caller set is
+# used and kept.
+_OWN_CACHE = None
+if "PYTEST_XDIST_WORKER" not in os.environ and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    _OWN_CACHE = tempfile.mkdtemp(prefix="rdr_jax_tests_xla_cache_")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 
 import jax
 import numpy as np
 import pytest
+
+if os.environ.get("JAX_COMPILATION_CACHE_DIR"):     # in case a plugin imported jax first
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(
+        os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")))
+
+
+def pytest_unconfigure(config):
+    """Delete the session's compilation cache (the controlling process only)."""
+    if _OWN_CACHE is not None:
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
 #: the test files that take longest (``--durations`` on the 2-core machine), run first: with

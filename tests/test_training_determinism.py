@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -124,8 +125,10 @@ def child_process():
             "from tests.test_training_determinism import run_all, pad_vjp_wrong_entries; "
             "print('DIGESTS ' + json.dumps(run_all()), flush=True); "
             "print('WRONG', pad_vjp_wrong_entries(), flush=True)")
+    # compiles its own programs: not from the session's compilation cache (tests/conftest.py)
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=env)
     yield proc
     if proc.poll() is None:
         proc.kill()
