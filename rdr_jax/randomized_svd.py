@@ -64,9 +64,9 @@ def power_range(key, op: LinearOperator, l: int, sketch, power_iters: int, stabl
     return Y
 
 
-@functools.partial(_jit.jit, static_argnames=("l", "sketch", "power_iters", "stable",
-                                             "final", "ortho"))
-def _range_jit(key, op, l, sketch, power_iters, stable, final, ortho):
+@functools.partial(_jit.jit, static_argnames=("l", "power_iters", "sketch", "stable",
+                                             "ortho", "final"))
+def _range_jit(key, op, l, power_iters, sketch, stable, ortho, final):
     Y = power_range(key, op, l, sketch, power_iters, stable, ortho)
     return orth(Y, ortho) if final else Y
 
@@ -96,13 +96,16 @@ def sketch_options(method: Any = None, *, sketch: Any = None, power_iters: Any =
     return opts
 
 
-def _check_common(key, A, l, power_iters, sketch, orthonormalize="auto"):
+def _check_common(key, A, l, o: dict):
+    """Validated ``(key, op, l, q, sketch, stable, orthonormalizer)`` for the sketch options
+    ``o`` of :func:`sketch_options`."""
     key = V.check_key(key)
     op = as_operator(A)
     m, n = op.shape
     l = V.check_int("l", l, low=1, high=min(m, n), high_desc=f"min(m, n) for A of shape {(m, n)}")
-    q = V.check_int("power_iters", power_iters, low=0)
-    return key, op, l, q, as_sketch(sketch), as_orthonormalizer(orthonormalize, op)
+    q = V.check_int("power_iters", o["power_iters"], low=0)
+    return (key, op, l, q, as_sketch(o["sketch"]), V.check_bool("stable", o["stable"]),
+            as_orthonormalizer(o["orthonormalize"], op))
 
 
 def range_sketch(key, A: Any, l: int, *, method: Any = None, power_iters: int | None = None,
@@ -117,15 +120,7 @@ def range_sketch(key, A: Any, l: int, *, method: Any = None, power_iters: int | 
     """
     o = sketch_options(method, power_iters=power_iters, sketch=sketch, stable=stable,
                        orthonormalize=orthonormalize)
-    key, op, l, q, sk, ortho = _check_common(key, A, l, o["power_iters"], o["sketch"],
-                                             o["orthonormalize"])
-    return _range_jit(key, op, l, sk, q, _check_stable(o["stable"]), False, ortho)
-
-
-def _check_stable(stable) -> bool:
-    if not isinstance(stable, (bool, np.bool_)):
-        raise TypeError(f"stable must be a bool; got {stable!r}")
-    return bool(stable)
+    return _range_jit(*_check_common(key, A, l, o), final=False)
 
 
 def rangefinder(key, A: Any, l: int, *, method: Any = None, power_iters: int | None = None,
@@ -156,9 +151,7 @@ def rangefinder(key, A: Any, l: int, *, method: Any = None, power_iters: int | N
     """
     o = sketch_options(method, power_iters=power_iters, sketch=sketch, stable=stable,
                        orthonormalize=orthonormalize)
-    key, op, l, q, sk, ortho = _check_common(key, A, l, o["power_iters"], o["sketch"],
-                                             o["orthonormalize"])
-    return _range_jit(key, op, l, sk, q, _check_stable(o["stable"]), True, ortho)
+    return _range_jit(*_check_common(key, A, l, o), final=True)
 
 
 @functools.partial(_jit.jit, static_argnames=("k", "l", "sketch", "power_iters", "stable",
@@ -215,14 +208,13 @@ def rsvd(key, A: Any, k: int, *, method: Any = None, oversample: int | None = No
     k = V.check_int("k", k, low=1, high=min(m, n), high_desc=f"min(m, n) for A of shape {(m, n)}")
     p = V.check_int("oversample", 10 if o["oversample"] is None else o["oversample"], low=0)
     l = min(k + p, m, n)
-    power_iters = o["power_iters"]
-    if isinstance(power_iters, str):
-        if power_iters != "auto":
-            raise ValueError(f"power_iters must be an int >= 0 or 'auto'; got {power_iters!r}")
-        power_iters = auto_power_iters(k, op.shape)
-    key, op, l, q, sk, ortho = _check_common(key, op, l, power_iters, o["sketch"],
-                                             o["orthonormalize"])
-    res = _rsvd_jit(key, op, k, l, sk, q, _check_stable(o["stable"]), ortho)
+    if isinstance(o["power_iters"], str):
+        if o["power_iters"] != "auto":
+            raise ValueError(f"power_iters must be an int >= 0 or 'auto'; got "
+                             f"{o['power_iters']!r}")
+        o["power_iters"] = auto_power_iters(k, op.shape)
+    key, op, l, q, sk, stable, ortho = _check_common(key, op, l, o)
+    res = _rsvd_jit(key, op, k, l, sk, q, stable, ortho)
     if V.is_concrete(res.s):
         s0 = float(res.s[0])
         V.warn_if_nonfinite(s0, "the largest singular value estimate")

@@ -24,6 +24,13 @@ def is_concrete(x: Any) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def check_bool(name: str, value: Any) -> bool:
+    """Check that ``value`` is a Python or NumPy bool (not 0/1, not a string) and return it."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool; got {value!r}")
+    return bool(value)
+
+
 def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None,
               high_desc: str | None = None) -> int:
     """Check that ``value`` is a Python/NumPy integer in ``[low, high]`` and return it as int."""

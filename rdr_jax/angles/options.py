@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-import numpy as np
 
+from rdr_jax._src import validation as V
 from rdr_jax.angles._common import check_constants, check_positive_float, check_sketch
 
 __all__ = ["EstimateOptions", "PlanOptions", "ReportOptions"]
@@ -93,8 +93,7 @@ class ReportOptions:
         check_positive_float("eps", self.eps)
         check_positive_float("lower_eps", self.lower_eps)
         check_sketch(self.sketch)
-        if not isinstance(self.stable, (bool, np.bool_)):
-            raise TypeError(f"stable must be a bool; got {self.stable!r}")
+        V.check_bool("stable", self.stable)
         if self.residual not in ("auto", "exact", "estimate"):
             raise ValueError(f"residual must be 'auto', 'exact' or 'estimate'; got "
                              f"{self.residual!r}")

@@ -317,9 +317,7 @@ class Method:
             object.__setattr__(self, "power_iters", q)
         object.__setattr__(self, "sketch", as_sketch(self.sketch))
         V.check_int("power_iters", self.power_iters, low=0)
-        if not isinstance(self.stable, (bool, np.bool_)):
-            raise TypeError(f"stable must be a bool; got {self.stable!r}")
-        object.__setattr__(self, "stable", bool(self.stable))
+        object.__setattr__(self, "stable", V.check_bool("stable", self.stable))
         if self.oversample is not None:
             V.check_int("oversample", self.oversample, low=0)
         if self.interp not in ("exact", "sketch"):
