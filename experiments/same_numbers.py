@@ -73,6 +73,20 @@ def _call(prefix: str, fn, out: dict) -> None:
     _leaves(prefix, res, out)
 
 
+def _release_executables(limit: int = 20000) -> None:
+    """Free jax's compiled executables when this process holds more than ``limit`` memory
+    maps: every XLA:CPU executable keeps ~10, and the thousands this recording compiles
+    passed Linux's ``vm.max_map_count`` (65530; "LLVM compilation error: Cannot allocate
+    memory", 2026-11-30). Recompiling changes no number."""
+    try:
+        with open("/proc/self/maps") as f:
+            maps = sum(1 for _ in f)
+    except OSError:          # not Linux
+        return
+    if maps > limit:
+        jax.clear_caches()
+
+
 def record(progress: bool = True) -> dict:
     """All recorded arrays, ``case|field`` -> ndarray."""
     import rdr_jax as R
@@ -84,6 +98,7 @@ def record(progress: bool = True) -> dict:
             A = A64.astype(dt)
             for name, M in methods(R).items():
                 c = f"{mname}|{dt}|{name}"
+                _release_executables()
                 if progress:
                     print(c, file=sys.stderr, flush=True)
                 kw = dict(method=M, on_rank_deficient="ignore")
