@@ -14,7 +14,7 @@ It prints a table per schedule and four verdicts: does some schedule plateau eve
 each method's test accuracy move by less than 2 points from the shortest to the longest
 schedule; does DAC's gain grow with T. It writes ``results.json``, ``runs.csv`` and
 ``schedule.png``: the loss curves on log axes, the last-10% fall and test accuracy against
-the examples seen. The runs use the tables' own code (``train_dac._MnistRunner``), one run
+the examples seen. The runs use the tables' own code (``train_dac.MnistRunner``), one run
 per method and seed.
 
 Full mode: the label-count table's cell (20 labels per class, alpha 3), seeds 0 and 1, batch
@@ -53,7 +53,7 @@ def cell_setting(cfg) -> dict:
     """The setting at which the table chooses lambda on validation (``cfg.lam_sweep``: 20
     labels per class, alpha 3 in the label-count table, alpha 7 in the others)."""
     import train_dac as T
-    spec = T._sweep_specs(cfg)[0]
+    spec = T.sweep_specs(cfg)[0]
     return {"alpha": int(spec["alpha"]), "labels_per_class": int(spec["labels_per_class"])}
 
 
@@ -111,8 +111,8 @@ def train_schedule(name: str, batch: int, steps: int, seeds: list[int], lam: flo
     with cfg.unlocked():
         cfg.total_steps, cfg.batch_size = steps, batch
         cfg.log_every = max(1, steps // 20)
-    split = T._load(cfg)
-    runner = T._MnistRunner(name, cfg, split, quick, progress)
+    split = T.load_split(cfg)
+    runner = T.MnistRunner(name, cfg, split, quick, progress)
     cell = cell_setting(cfg)
     jobs = [(T.mnist_spec(cfg, {"method": m, "lam": lm, **cell}), seed, "table", None)
             for m, lm in (("da_erm", None), ("dac", float(lam))) for seed in seeds]

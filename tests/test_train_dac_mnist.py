@@ -130,7 +130,7 @@ def test_validation_split_and_fixmatch_pool(mod):
     assert mod.mnist_label("fixmatch_dac", mod.mnist_spec(cfg, cfg.runs[-2]), 3300) == \
         "fixmatch unl=3300"
     # the sweep runs at the largest pool
-    (sweep,) = {mod._setting(s) for s in mod._sweep_specs(cfg)}
+    (sweep,) = {mod._setting(s) for s in mod.sweep_specs(cfg)}
     assert json.loads(sweep)["unlabeled_fraction"] == 1.0
 
 
