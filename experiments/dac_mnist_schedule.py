@@ -91,11 +91,10 @@ def parse_args(argv=None):
 
 
 def _mean_se(x) -> tuple[float, float]:
-    x = np.asarray([v for v in x if v is not None and math.isfinite(v)], np.float64)
-    if x.size == 0:
-        return float("nan"), float("nan")
-    return float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else float(
-        "nan")
+    """Mean and standard error of the finite values (``train_dac.paired_stats``)."""
+    import train_dac as T
+    st = T.paired_stats([v for v in x if v is not None and math.isfinite(v)])
+    return st["mean"], st["se"]
 
 
 def train_schedule(name: str, batch: int, steps: int, seeds: list[int], lam: float,
@@ -121,14 +120,13 @@ def train_schedule(name: str, batch: int, steps: int, seeds: list[int], lam: flo
     wall = time.perf_counter() - t0
     rows = []
     for (cell, seed), row in sorted(runner.jobs.items()):
-        hist = runner.histories[(cell, seed)]
-        p = T.plateau([hist], steps, float(cfg.plateau_fraction), float(cfg.plateau_rel_tol),
-                      float(cfg.plateau_abs_tol))
+        hist = runner.histories[(cell, seed)]     # the row carries the tables' plateau test
         rows.append({"batch": batch, "steps": steps, "cell": cell, "method": row["method"],
                      "seed": seed, "status": row["status"],
                      "test_accuracy": row["test_accuracy"], "val_accuracy": row["val_accuracy"],
-                     "loss_last": p["last"], "loss_relative_change": p["relative_change"],
-                     "plateaued": p["plateaued"],
+                     "loss_last": row["train_loss_last"],
+                     "loss_relative_change": row["loss_relative_change"],
+                     "plateaued": row["plateaued"],
                      "curve_steps": [int(h["step"]) for h in hist],
                      "curve_loss": [float(h["loss"]) for h in hist]})
     return rows, wall
@@ -138,7 +136,7 @@ def summarize(rows: list[dict], walls: dict) -> list[dict]:
     """One entry per (batch, steps): every run plateaued?, the falls, accuracy and the paired
     gain DAC - DA-ERM (mean +- SE over the seeds both methods ran)."""
     out = []
-    for bt in sorted({(r["batch"], r["steps"]) for r in rows}, key=lambda x: (x[0], x[1])):
+    for bt in sorted({(r["batch"], r["steps"]) for r in rows}):
         rs = [r for r in rows if (r["batch"], r["steps"]) == bt]
         acc = {m: {r["seed"]: r["test_accuracy"] for r in rs if r["method"] == m
                    and r["status"] == "ok"} for m in ("da_erm", "dac")}
