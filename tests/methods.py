@@ -23,3 +23,9 @@ METHODS = {
 }
 #: the randomized ones (their skeletons depend on the key)
 RANDOMIZED = [name for name, m in METHODS.items() if not isinstance(m.pivot, R.FullCPQR)]
+
+#: the matrix shape and rank the generic tests share with ``tests/test_cur.py``: a
+#: decomposition's compiled program depends only on shape, dtype, rank bucket and method, so
+#: an eager call another file already made is read from the suite's compilation cache instead
+#: of being compiled again (CI time)
+SHAPE, RANK = (90, 70), 12

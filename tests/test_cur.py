@@ -18,7 +18,7 @@ from rdr_jax.id_cur import decompositions as D
 from rdr_jax.id_cur import selection as SL
 from rdr_jax.id_cur import streaming as ST
 
-from tests.methods import METHODS
+from tests.methods import METHODS, RANK, SHAPE
 
 ALL_METHODS = sorted(METHODS)          # the one method list (tests/methods.py)
 
@@ -45,6 +45,12 @@ def rel(A, B):
 
 def tolerance(dtype):
     return 1e-4 if np.dtype(dtype) == np.float32 else 1e-10
+
+
+#: the shape and rank most tests below use (``tests/methods.py``): a decomposition's program
+#: depends on the shape, dtype, rank bucket (k = 9..16 share one) and method, so tests on the
+#: same signature reuse the program an earlier test compiled instead of compiling their own
+(M_, N_), K_ = SHAPE, RANK
 
 
 # --------------------------------------------------------------------------------------
@@ -127,7 +133,7 @@ def test_maxvol_refine_bounds_coefficients(rng):
 # --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("method", ALL_METHODS)
 def test_exact_rank_reconstruction(method, dtype, rng):
-    m, n, k = 90, 70, 12
+    m, n, k = M_, N_, K_
     A = low_rank(rng, m, n, k, dtype)
     key = jax.random.key(3)
     tol = tolerance(dtype)
@@ -177,7 +183,7 @@ def test_cross_core_is_the_pseudo_inverse_of_the_intersection(method, dtype, rng
     """``core="cross"``: the same skeletons and certificates as the stable core, ``U =
     A(I, J)^+`` (numpy's pinv), exact on an exact-rank matrix, never better than the stable
     core's ``C^+ A R^+`` (the Frobenius-optimal U for these C and R); jit/vmap; its bound."""
-    m, n, k = 90, 70, 12
+    m, n, k = M_, N_, K_
     A = low_rank(rng, m, n, k, dtype)
     key = jax.random.key(3)
     tol = tolerance(dtype)
@@ -255,15 +261,15 @@ def test_certificate_bound_every_trial(method, oversample):
 
 def test_decomposition_bounds_hold():
     rng = np.random.default_rng(2)
-    A, _ = decaying(rng, 80, 60, rate=8.0)
+    A, _ = decaying(rng, M_, N_, rate=8.0)
     for t in range(10):
         key = jax.random.key(t)
-        cid = R.interpolative(key, A, 12)
-        c = R.cur(key, A, 12)
+        cid = R.interpolative(key, A, K_)
+        c = R.cur(key, A, K_)
         # Thm 2.3 for the decompositions' column selection (both draw it with the first of
         # three subkeys): ||A - C C^+ A||_F <= eta ||A - A W^+ W||_F, and for CUR
         # (Eq. (2.26)) ||A - CUR||_F <= sqrt(1 + eta_rows^2) eta ||A - A W^+ W||_F
-        sel = R.select_columns(jax.random.split(key, 3)[0], A, 12)
+        sel = R.select_columns(jax.random.split(key, 3)[0], A, K_)
         np.testing.assert_array_equal(sel.cols, cid.cols)
         np.testing.assert_array_equal(sel.cols, c.cols)
         bound = R.eta_bound(A, sel)
@@ -311,30 +317,30 @@ def test_pivoting_methods_agree_and_power_iteration_helps(matrix):
 # determinism, jit, vmap, retracing
 # --------------------------------------------------------------------------------------
 def test_same_key_same_skeletons_jit_vmap(rng):
-    A = jnp.asarray(decaying(rng, 50, 40)[0])
+    A = jnp.asarray(decaying(rng, M_, N_)[0])
     key = jax.random.key(7)
-    c1 = R.cur(key, A, 6)
-    c2 = jax.jit(lambda kk: R.cur(kk, A, 6))(key)
+    c1 = R.cur(key, A, K_)
+    c2 = jax.jit(lambda kk: R.cur(kk, A, K_))(key)
     for c in (c2,):
         np.testing.assert_array_equal(np.asarray(c.cols), np.asarray(c1.cols))
         np.testing.assert_array_equal(np.asarray(c.rows), np.asarray(c1.rows))
     keys = jax.random.split(key, 4)
-    cols = jax.vmap(lambda kk: R.cur(kk, A, 6).cols)(keys)
+    cols = jax.vmap(lambda kk: R.cur(kk, A, K_).cols)(keys)
     for i in range(4):
         np.testing.assert_array_equal(np.asarray(cols[i]),
-                                      np.asarray(R.cur(keys[i], A, 6).cols))
-    ids = jax.vmap(lambda kk: R.interpolative(kk, A, 6, side="two_sided").rows)(keys)
-    assert ids.shape == (4, 6)
+                                      np.asarray(R.cur(keys[i], A, K_).cols))
+    ids = jax.vmap(lambda kk: R.interpolative(kk, A, K_, side="two_sided").rows)(keys)
+    assert ids.shape == (4, K_)
 
 
 def test_no_retrace_on_equal_shapes(rng):
-    A = jnp.asarray(decaying(rng, 40, 30)[0])
-    R.cur(jax.random.key(0), A, 5)
-    R.interpolative(jax.random.key(0), A, 5)
+    A = jnp.asarray(decaying(rng, M_, N_)[0])
+    R.cur(jax.random.key(0), A, K_)
+    R.interpolative(jax.random.key(0), A, K_)
     n_cur, n_id = D._cur._cache_size(), D._interpolative._cache_size()
     B = A + 1.0
-    R.cur(jax.random.key(1), B, 5)
-    R.interpolative(jax.random.key(2), B, 5)
+    R.cur(jax.random.key(1), B, K_)
+    R.interpolative(jax.random.key(2), B, K_ - 1)         # same rank bucket
     assert D._cur._cache_size() == n_cur and D._interpolative._cache_size() == n_id
     counted = chex.assert_max_traces(n=1)(lambda X: P.lupp(X, 3))
     f = jax.jit(counted)
@@ -381,17 +387,17 @@ def test_bad_inputs(rng, monkeypatch):
 
 
 def test_k_above_numerical_rank_warns_or_raises(rng, dtype):
-    A = low_rank(rng, 40, 30, 4, dtype)
+    A = low_rank(rng, M_, N_, 4, dtype)
     key = jax.random.key(0)
     with pytest.warns(RuntimeWarning, match="numerical rank"):
-        c = jax.block_until_ready(R.cur(key, A, 8))
-    assert int(c.numerical_rank) == 4 and int(c.rank) == 8
+        c = jax.block_until_ready(R.cur(key, A, K_))
+    assert int(c.numerical_rank) == 4 and int(c.rank) == K_
     assert np.all(np.isfinite(np.asarray(c.U)))
     with pytest.raises(ValueError, match="numerical rank"):
-        R.interpolative(key, A, 8, on_rank_deficient="raise")
+        R.interpolative(key, A, K_, on_rank_deficient="raise")
     # the tolerance mode picks the rank instead
     d = R.interpolative_to_tolerance(key, A, 1e-3 if dtype == np.float32 else 1e-8, max_rank=30)
-    assert int(d.rank) == 4 and d.trim().C.shape == (40, 4)
+    assert int(d.rank) == 4 and d.trim().C.shape == (M_, 4)
 
 
 # --------------------------------------------------------------------------------------
@@ -477,7 +483,7 @@ def test_lowrank_error_factored_matches_dense():
 
 
 def test_id_to_svd_matches_dense(rng, dtype):
-    A, _ = decaying(rng, 60, 40)
+    A, _ = decaying(rng, M_, N_)
     A = A.astype(dtype)
     d = R.interpolative(jax.random.key(0), A, 10, side="two_sided")
     svd = R.id_to_svd(d)

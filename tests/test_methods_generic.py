@@ -8,12 +8,12 @@ import pytest
 import scipy.linalg
 
 import rdr_jax as R
-from tests.methods import METHODS
+from tests.methods import METHODS, RANK, SHAPE
 
-K = 8
+K = RANK
 
 
-def _matrix(dtype, m=70, n=50):
+def _matrix(dtype, m=SHAPE[0], n=SHAPE[1]):
     """Singular values 2^-j (fast decay): every method reaches a small error at rank K."""
     rng = np.random.default_rng(11)
     U = np.linalg.qr(rng.standard_normal((m, n)))[0]
