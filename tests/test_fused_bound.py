@@ -10,6 +10,7 @@ import pytest
 
 import rdr_jax as R
 from rdr_jax import certify as CE
+from tests.methods import RANK, SHAPE
 
 
 def _matrix(m, n, dtype, seed=0):
@@ -30,6 +31,10 @@ def _call(kind, key, A, k, **kw):
 
 
 KINDS = ("cur", "column", "row", "two_sided")
+#: the suite's shared shape and rank (``tests/methods.py``): the bounded programs of one kind
+#: and dtype are compiled once for the three tests below, the plain ones are shared with
+#: ``tests/test_cur.py``
+M, N = SHAPE
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -40,9 +45,9 @@ def test_bound_matches_numpy_from_same_test_vectors(kind, dtype):
     column ID of A^H), left ones (E^H Omega) for the column and two-sided IDs (their pass is
     A^H Q)."""
     with jax.enable_x64(dtype == np.float64):
-        A = _matrix(120, 90, dtype)
+        A = _matrix(M, N, dtype)
         key = jax.random.key(3)
-        res, b = _call(kind, key, jnp.asarray(A), 12, failure_prob=0.05)
+        res, b = _call(kind, key, jnp.asarray(A), RANK, failure_prob=0.05)
         assert isinstance(b, R.ErrorBound)
         s = CE.DEFAULT_NUM_VECTORS
         adjoint = kind in ("column", "two_sided")
@@ -72,10 +77,10 @@ def test_factors_as_without_bound(kind):
     """Asking for a bound leaves the skeletons bitwise as they were and the factors equal to
     rounding (the fused product has more columns, so its rounding may differ)."""
     with jax.enable_x64(True):
-        A = jnp.asarray(_matrix(150, 100, np.float64, seed=1))
+        A = jnp.asarray(_matrix(M, N, np.float64, seed=1))
         key = jax.random.key(11)
-        plain = _call(kind, key, A, 15)
-        res, _ = _call(kind, key, A, 15, failure_prob=0.01)
+        plain = _call(kind, key, A, RANK)
+        res, _ = _call(kind, key, A, RANK, failure_prob=0.01)
         assert type(res) is type(plain)
         for f in plain._fields:
             a, b = np.asarray(getattr(plain, f)), np.asarray(getattr(res, f))
@@ -92,13 +97,13 @@ def test_bound_holds_over_many_keys(kind):
     and the bounds sit ~1.8x above the truth), and the unbiased estimate's mean square is
     within 15% of the mean true square error."""
     with jax.enable_x64(True):
-        A = _matrix(100, 80, np.float64, seed=2)
+        A = _matrix(M, N, np.float64, seed=2)
         Aj = jnp.asarray(A)
         keys = jax.random.split(jax.random.key(5), 60)
         fro_ok = spec_ok = 0
         est2, true2 = [], []
         for key in keys:
-            res, b = _call(kind, key, Aj, 10, failure_prob=0.01)
+            res, b = _call(kind, key, Aj, RANK, failure_prob=0.01)
             E = A - np.asarray(res.todense())
             tf, ts = np.linalg.norm(E), np.linalg.norm(E, 2)
             fro_ok += float(b.fro) >= tf
