@@ -31,9 +31,9 @@ def _call(kind, key, A, k, **kw):
 
 
 KINDS = ("cur", "column", "row", "two_sided")
-#: the suite's shared shape and rank (``tests/methods.py``): the bounded programs of one kind
-#: and dtype are compiled once for the three tests below, the plain ones are shared with
-#: ``tests/test_cur.py``
+#: the suite's shared shape and rank (``tests/methods.py``): a bounded program (one per kind,
+#: dtype and failure_prob, which is static) serves both float64 tests at failure_prob 0.01,
+#: and the plain float64 calls reuse ``tests/test_cur.py``'s programs
 M, N = SHAPE
 
 
