@@ -36,9 +36,23 @@ if "PYTEST_XDIST_WORKER" not in os.environ and not os.environ.get("JAX_COMPILATI
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 
+# One OpenBLAS thread per test process. The suite runs two xdist workers plus notebook
+# kernels and script subprocesses on two cores; an OpenBLAS call that starts its own threads
+# there (numpy/scipy references, jaxlib's LAPACK calls) leaves them spinning after the call
+# while every core already has work (the thread fight of issue 30, docs/performance.md).
+# The variable reaches the workers and subprocesses (set before they start; scipy's OpenBLAS
+# loads later); threadpoolctl limits the copy a plugin loaded before this file. The suite's
+# own choice for its processes: rdr_jax itself never changes a thread pool.
+# Measured: 11-15% less CPU for the whole suite (docs/development.md, "Where the suite's time
+# goes").
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import jax
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
+
+_BLAS_LIMIT = threadpool_limits(limits=int(os.environ["OPENBLAS_NUM_THREADS"]), user_api="blas")
 
 if os.environ.get("JAX_COMPILATION_CACHE_DIR"):     # in case a plugin imported jax first
     jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
