@@ -14,7 +14,9 @@ Measures (static analysis of ``rdr_jax/`` with :mod:`ast`, plus the entry points
 * private names imported across modules (``from rdr_jax.a import _b`` or ``a._b`` on an imported
   module), outside the internal package ``rdr_jax._src``;
 * docstring lines per line of code (target: at most 0.4);
-* README lines (target: at most 300).
+* README lines (target: at most 300);
+* tests of a concrete pivot rule or sketch class, and ``jax.jit`` used outside
+  ``rdr_jax/_src/jit.py`` (issue 32's strategy objects and one jit spelling; target: none).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import argparse
 import ast
 import inspect
 import json
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -205,6 +208,24 @@ def concrete_type_branches(mods: dict | None = None) -> list[str]:
     return sorted(out)
 
 
+def direct_jax_jit(mods: dict | None = None) -> list[str]:
+    """``path:line`` of every ``jax.jit`` (or ``from jax import jit``) in rdr_jax outside
+    ``rdr_jax/_src/jit.py``: the package has one jit spelling, ``rdr_jax._src.jit.jit``
+    (issue 32; target: none)."""
+    out = []
+    for mod, path in (mods or _modules()).items():
+        if mod == "rdr_jax._src.jit":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            hit = (isinstance(node, ast.Attribute) and node.attr == "jit"
+                   and isinstance(node.value, ast.Name) and node.value.id == "jax")
+            hit = hit or (isinstance(node, ast.ImportFrom) and node.module == "jax"
+                          and any(a.name == "jit" for a in node.names))
+            if hit:
+                out.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
+    return sorted(out)
+
+
 def measure() -> dict:
     mods = _modules()
     edges, private = import_graph(mods)
@@ -216,7 +237,8 @@ def measure() -> dict:
             "import_cycles": cycles(edges),
             "private_cross_module_imports": private, "docstring_lines": doc, "code_lines": code,
             "docstring_ratio": round(doc / code, 3), "readme_lines": len(readme),
-            "modules": len(mods), "concrete_type_branches": concrete_type_branches(mods)}
+            "modules": len(mods), "concrete_type_branches": concrete_type_branches(mods),
+            "direct_jax_jit": direct_jax_jit(mods)}
 
 
 def main(argv=None):
@@ -244,6 +266,9 @@ def main(argv=None):
     print(f"tests of a concrete pivot/sketch class: {len(m['concrete_type_branches'])} "
           "(target 0)")
     for p in m["concrete_type_branches"]:
+        print("  " + p)
+    print(f"jax.jit outside rdr_jax/_src/jit.py: {len(m['direct_jax_jit'])} (target 0)")
+    for p in m["direct_jax_jit"]:
         print("  " + p)
     if args.json:
         Path(args.json).write_text(json.dumps(m, indent=1))

@@ -36,6 +36,17 @@ def test_surface_measures_meet_their_targets():
     assert m["private_cross_module_imports"] == []
     assert m["docstring_ratio"] <= 0.4
     assert m["readme_lines"] <= 300
+    assert m["direct_jax_jit"] == []          # one jit spelling: rdr_jax._src.jit.jit
+
+
+def test_direct_jax_jit_is_found(tmp_path):
+    """The one-jit check sees ``jax.jit`` as a decorator, in a call and as an import."""
+    mod = tmp_path / "m.py"
+    mod.write_text("import jax\nfrom jax import jit\n@jax.jit\ndef f(x):\n    return x\n"
+                   "g = jax.jit(f)\n")
+    found = _metrics().direct_jax_jit({"m": mod})
+    assert [f.rsplit(":", 1)[1] for f in found] == ["2", "3", "6"]
+    assert all(f.endswith(f"m.py:{n}") for f, n in zip(found, "236"))
 
 
 #: public functions above 8 parameters: none since 0.3 (issue 32; there were 18, their

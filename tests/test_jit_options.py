@@ -36,6 +36,27 @@ def test_nested_vmapped_and_attributes():
     assert D._interpolative.__name__ == "_interpolative"
 
 
+def test_fast_cpu_compile_false_is_plain_jax_jit():
+    """``fast_cpu_compile=False`` (the training code) is ``jax.jit`` with the caller's own
+    options: the same compiled program as ``jax.jit``, in every spelling."""
+    def f(x, n):
+        return jnp.tanh(x) * n
+
+    x = jnp.linspace(-2.0, 2.0, 7)
+    plain = jax.jit(f, static_argnames="n")
+    for g in (_jit.jit(f, static_argnames="n", fast_cpu_compile=False),
+              _jit.jit(static_argnames="n", fast_cpu_compile=False)(f)):
+        assert not isinstance(g, _jit._Jitted)
+        assert g.lower(x, n=3).compile().as_text() == plain.lower(x, n=3).compile().as_text()
+        np.testing.assert_array_equal(np.asarray(g(x, n=3)), np.asarray(plain(x, n=3)))
+    fast = _jit.jit(f, static_argnames="n")
+    assert isinstance(fast, _jit._Jitted)
+    from rdr_jax.training.loop import step_options          # the train steps' options
+    g = _jit.jit(f, static_argnames="n", compiler_options=step_options("cpu"),
+                 fast_cpu_compile=False)
+    np.testing.assert_array_equal(np.asarray(g(x, n=3)), np.asarray(plain(x, n=3)))
+
+
 def test_disabled_by_environment(monkeypatch):
     _jit.cpu_compiler_options.cache_clear()
     try:

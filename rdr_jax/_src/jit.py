@@ -74,11 +74,19 @@ class _Jitted:
         return getattr(self._pick(), name)
 
 
-def jit(fun: Optional[Callable] = None, **kwargs):
-    """``jax.jit(fun, **kwargs)`` compiled with :data:`CPU_COMPILER_OPTIONS` on CPU (usable as
-    ``@jit``, ``@jit(static_argnames=...)`` or ``functools.partial(jit, ...)``)."""
+def jit(fun: Optional[Callable] = None, *, fast_cpu_compile: bool = True, **kwargs):
+    """rdr_jax's one way to jit: ``jax.jit(fun, **kwargs)`` compiled with
+    :data:`CPU_COMPILER_OPTIONS` on CPU (usable as ``@jit``, ``@jit(static_argnames=...)`` or
+    ``functools.partial(jit, ...)``).
+
+    ``fast_cpu_compile=False`` returns plain ``jax.jit(fun, **kwargs)`` (XLA's default
+    emitters, the caller's own ``compiler_options`` if any): the Ch. 4-5 training code, whose
+    committed results were compiled so (the option changes the bits of 13 of the 15 training
+    runs of ``tests/test_training_determinism.py``; ``docs/design.md``, "One jit")."""
     if fun is None:
-        return functools.partial(jit, **kwargs)
+        return functools.partial(jit, fast_cpu_compile=fast_cpu_compile, **kwargs)
+    if not fast_cpu_compile:
+        return jax.jit(fun, **kwargs)
     return _Jitted(fun, kwargs)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from rdr_jax._src import validation as V
+from rdr_jax._src.jit import jit
 
 __all__ = ["WACAux", "cross_entropy", "dice_loss", "consistency", "wac_objective",
            "wac_dice_loss", "WACLossOptions"]
@@ -92,7 +93,7 @@ def _compute_dtype(dtype) -> np.dtype:
 # ---------------------------------------------------------------------------- losses
 
 
-@jax.jit
+@jit(fast_cpu_compile=False)
 def _cross_entropy(logits, labels):
     ct = _compute_dtype(logits.dtype)
     logp = jax.nn.log_softmax(logits.astype(ct), axis=-1)
@@ -120,7 +121,7 @@ def cross_entropy(logits: Float[Array, "B *S C"], labels: Int[Array, "B *S"]) ->
     return _cross_entropy(jnp.asarray(logits), jnp.asarray(labels))
 
 
-@jax.jit
+@jit(fast_cpu_compile=False)
 def _dice(logits, labels, smooth):
     ct = _compute_dtype(logits.dtype)
     num_classes = logits.shape[-1]
@@ -152,7 +153,7 @@ def dice_loss(logits: Float[Array, "B *S C"], labels: Int[Array, "B *S"], *,
     return _dice(jnp.asarray(logits), jnp.asarray(labels), smooth)
 
 
-@jax.jit
+@jit(fast_cpu_compile=False)
 def _consistency(z1, z2, lam):
     ct = _compute_dtype(jnp.promote_types(z1.dtype, z2.dtype))
     d = (z1.astype(ct) - z2.astype(ct)).reshape(z1.shape[0], -1)
@@ -217,7 +218,7 @@ def wac_objective(dice: Float[Array, ""], ce: Float[Array, " B"], cons: Float[Ar
     return _wac(dice, ce, cons, beta, dice_weight, wac_weight)
 
 
-@jax.jit
+@jit(fast_cpu_compile=False)
 def _wac(dice, ce, cons, beta, dice_weight, wac_weight):
     ct = jnp.result_type(dice, ce, cons, jnp.float32)
     beta = jnp.asarray(beta).astype(ct)

@@ -25,6 +25,7 @@ import optax
 from flax import nnx
 from jaxtyping import Array
 
+from rdr_jax._src.jit import jit
 from rdr_jax import models
 from rdr_jax._src.validation import check_int
 from rdr_jax.adawac.augment import batch_two_views
@@ -462,8 +463,8 @@ def settings_step(graph: ModelGraph, st: _Settings) -> Callable:
 
 @functools.lru_cache(maxsize=8)
 def _jitted_predict(graph_eval: Any) -> Callable:
-    return jax.jit(lambda st, xb: nnx.merge(graph_eval, eval_params(st), st.model_state)(
-        xb[..., None])[0])
+    return jit(lambda st, xb: nnx.merge(graph_eval, eval_params(st), st.model_state)(
+        xb[..., None])[0], fast_cpu_compile=False)
 
 
 def _initial_beta(spec: MethodSpec, fg: np.ndarray, dtype) -> Array:

@@ -22,6 +22,7 @@ import optax
 from jaxtyping import Array, Float, Int
 
 from rdr_jax._src import validation as V
+from rdr_jax._src.jit import jit
 
 __all__ = ["BetaMirrorAscentState", "beta_mirror_ascent", "beta_gradient", "init_beta"]
 
@@ -104,7 +105,7 @@ def _bounds(dtype: np.dtype) -> tuple[Array, Array]:
     return lo, hi
 
 
-@jax.jit
+@jit(fast_cpu_compile=False)
 def _mirror_step(p: Array, g: Array, lr: Array) -> Array:
     """Update ``u`` (dtype of ``p``) with ``p + u ~= sigmoid(logit(p) + lr g)`` in (0, 1)."""
     dt = p.dtype

@@ -23,6 +23,7 @@ import optax
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from rdr_jax._src.jit import jit
 from rdr_jax import models
 from rdr_jax._src.validation import check_int, check_key
 from rdr_jax.dac.configs import BASE_LR, CIFAR100_MEAN, CIFAR100_STD, LR_CYCLES
@@ -659,7 +660,7 @@ def _build_step(graph: ModelGraph, tx, alpha: int, cfg: dict, fm) -> tuple:
         new, metrics = base(state, key, *batch)
         return new, {**metrics, "lr": schedule(state.step)}
 
-    return step, jax.jit(make_eval_step(graph, norm))
+    return step, jit(make_eval_step(graph, norm), fast_cpu_compile=False)
 
 
 class _DacBatches:

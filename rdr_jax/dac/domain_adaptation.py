@@ -8,7 +8,6 @@ grows. Model, risks and theory: ``docs/training.md`` ("Domain adaptation").
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, NamedTuple
 
@@ -18,6 +17,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from rdr_jax._src import validation as V
+from rdr_jax._src.jit import jit
 from rdr_jax.dac._common import (check_nonneg, dac_hard_K, delta_svd, erm_K, mm, pinv, rtol_or,
                                  stack)
 from rdr_jax.dac.linear import MCEstimate
@@ -123,7 +123,7 @@ def make_ood_model(key: jax.Array, d: int = 30, d_iv: int = 10, d_e: int = 20, *
     return _make_model(key, d, d_iv, d_e, alpha, jnp.asarray(sigma, dtype), np.dtype(dtype))
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 6))
+@jit(static_argnums=(1, 2, 3, 4, 6), fast_cpu_compile=False)
 def _make_model(key, d, d_iv, d_e, alpha, sigma, dtype):
     ks, kb, ka, kv = jax.random.split(key, 4)
     Q, _ = jnp.linalg.qr(jax.random.normal(ks, (d, d_iv + d_e), dtype))
@@ -182,7 +182,7 @@ def target_excess_risk(model: OODModel, theta: Float[Array, "d"], sigma_t: float
     return 0.5 * jnp.dot(delta, mm(target_covariance(model, sigma_t), delta))
 
 
-@functools.partial(jax.jit, static_argnames=("N", "num_draws", "rtol"))
+@jit(static_argnames=("N", "num_draws", "rtol"), fast_cpu_compile=False)
 def _ood_mc(key, model, N, num_draws, rtol):
     d, _, _, alpha = _dims(model)
     P_e = mm(model.S_e, model.S_e.T)

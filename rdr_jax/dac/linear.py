@@ -10,7 +10,6 @@ example: ``docs/training.md`` ("DAC in linear regression").
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Any, NamedTuple, Optional
 
@@ -20,6 +19,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from rdr_jax._src import validation as V
+from rdr_jax._src.jit import jit
 from rdr_jax.dac._common import (check_nonneg, dac_hard_K, dac_soft_K, default_rtol, delta_svd,
                                  erm_K, mm, pinv, rtol_or, stack)
 
@@ -263,7 +263,7 @@ def augmented_design(X: Float[Array, "N d"], X_aug: Float[Array, "alpha N d"]) -
     return AugmentedDesign(A, M, A - jnp.tile(X, (1 + alpha, 1)))
 
 
-@functools.partial(jax.jit, static_argnames=("rtol",))
+@jit(static_argnames=("rtol",), fast_cpu_compile=False)
 def _dims_jit(X, X_aug, rtol):
     return _dims(X, X_aug, rtol)
 
@@ -283,12 +283,12 @@ def dimensions(X: Float[Array, "N d"], X_aug: Float[Array, "alpha N d"], *,
     return _dims_jit(X, X_aug, _check_rtol(rtol))
 
 
-@functools.partial(jax.jit, static_argnames=("rtol", "hard"))
+@jit(static_argnames=("rtol", "hard"), fast_cpu_compile=False)
 def _dac_K_jit(X, X_aug, lam, rtol, hard):
     return _K(X, X_aug, None if hard else lam, rtol)
 
 
-@functools.partial(jax.jit, static_argnames=("rtol",))
+@jit(static_argnames=("rtol",), fast_cpu_compile=False)
 def _erm_K_jit(X, X_aug, rtol):
     return erm_K(X, X_aug, rtol)
 
@@ -402,7 +402,7 @@ def _expected_risk(K, X, theta_star, sigma, W):
     return RiskTerms(bias, var, bias + var)
 
 
-_expected_risk_jit = jax.jit(_expected_risk)
+_expected_risk_jit = jit(_expected_risk, fast_cpu_compile=False)
 
 
 def label_invariant_theory(X: Float[Array, "N d"], X_aug: Float[Array, "alpha N d"],
@@ -435,7 +435,7 @@ class _MCConfig:
     rtol: Optional[float]
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
+@jit(static_argnames=("cfg",), fast_cpu_compile=False)
 def _mc(key, X, X_aug, theta_star, sigma, lam, cfg: _MCConfig):
     num_draws, hard, rtol = cfg.num_draws, cfg.hard, cfg.rtol
     W = stack(X, X_aug) if cfg.risk == "augmented" else X
@@ -514,7 +514,7 @@ def _inv_sqrt_gram(Z, n, rtol):
     return mm(Vt.T * inv, Vt), mm(Vt.T * root, Vt)
 
 
-@functools.partial(jax.jit, static_argnames=("rtol",))
+@jit(static_argnames=("rtol",), fast_cpu_compile=False)
 def _soft_theory(X, X_aug, theta_star, sigma, rtol):
     N, d = X.shape
     alpha = X_aug.shape[0]
@@ -589,7 +589,7 @@ def soft_dac_risk(theory: SoftDACTheory, lam) -> RiskTerms:
     return _soft_risk_jit(theory, jnp.asarray(lam, theory.gamma.dtype))
 
 
-@jax.jit
+@jit(fast_cpu_compile=False)
 def _soft_risk_jit(theory, lam):
     g = theory.gamma
     pos = g > 0
@@ -602,7 +602,7 @@ def _soft_risk_jit(theory, lam):
     return RiskTerms(bias, var, bias + var)
 
 
-@functools.partial(jax.jit, static_argnames=("rtol", "refine"))
+@jit(static_argnames=("rtol", "refine"), fast_cpu_compile=False)
 def _opt_lam(X, X_aug, theta_star, sigma, lams, rtol, refine):
     def risk(lam):
         return _expected_risk(dac_soft_K(X, X_aug, lam, rtol), X, theta_star, sigma, X).total
@@ -691,7 +691,7 @@ def linear_regression_example(key: jax.Array, d_c1: int, d_e1: int, *, d: int = 
     return _lr_example(key, d_c1, d_e1, d, N, d_theta, np.dtype(dtype))
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6))
+@jit(static_argnums=(3, 4, 5, 6), fast_cpu_compile=False)
 def _lr_example(key, d_c1, d_e1, d, N, d_theta, dtype):
     kx, kt = jax.random.split(key)
     X = jax.random.normal(kx, (N, d), dtype)
@@ -724,7 +724,7 @@ def misspec_example(key: jax.Array, d_aug: int, *, alpha: int = 1, d: int = 30, 
                         np.dtype(dtype))
 
 
-@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5, 7))
+@jit(static_argnums=(2, 3, 4, 5, 7), fast_cpu_compile=False)
 def _mis_example(key, d_aug, alpha, d, N, d_c, aug_std, dtype):
     kx, kt, ka = jax.random.split(key, 3)
     X = jax.random.normal(kx, (N, d), dtype)

@@ -20,6 +20,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from rdr_jax._src import validation as V
+from rdr_jax._src.jit import jit
 
 __all__ = ["identity", "auto_contrast", "equalize", "rotate", "solarize", "color", "posterize",
            "contrast", "brightness", "sharpness", "shear_x", "shear_y", "translate_x",
@@ -112,7 +113,7 @@ def _affine(image, a, b, c, d, e, f, fill):
 def _jit_op(fn):
     """jit an op implementation ``fn(image, value, fill)`` (``fill`` static): one compilation
     per shape/dtype instead of one per primitive when ops are called eagerly."""
-    return jax.jit(fn, static_argnames=("fill",))
+    return jit(fn, static_argnames=("fill",), fast_cpu_compile=False)
 
 
 @_jit_op
@@ -429,7 +430,7 @@ def apply_op(name: str, image: Float[Array, "h w c"], magnitude: float, *, sign:
 # --------------------------------------------------------------------------------------
 # RandAugment
 # --------------------------------------------------------------------------------------
-@functools.partial(jax.jit, static_argnames=("fill", "num_ops", "max_magnitude"))
+@jit(static_argnames=("fill", "num_ops", "max_magnitude"), fast_cpu_compile=False)
 def _rand_augment(key, image, magnitude, fill, *, num_ops, max_magnitude):
     dt = image.dtype
     frac = jnp.asarray(magnitude, dt) / max_magnitude
@@ -504,7 +505,7 @@ def _check_cutout(size: Any, fill: Any) -> tuple[float, float]:
     return float(size), _check_fill(fill)
 
 
-@functools.partial(jax.jit, static_argnames=("side", "fill"))
+@jit(static_argnames=("side", "fill"), fast_cpu_compile=False)
 def _cutout(key, image, side, fill):
     h, w = image.shape[:2]
     u = jax.random.uniform(key, (2,), dtype=image.dtype)

@@ -10,7 +10,6 @@ risk bound beats DA-ERM's. Parameters are a pytree, so a whole fit is one pure f
 from __future__ import annotations
 
 import dataclasses
-import functools
 import numbers
 from typing import Any, NamedTuple
 
@@ -21,6 +20,7 @@ import optax
 from jaxtyping import Array, Float
 
 from rdr_jax._src import validation as V
+from rdr_jax._src.jit import jit
 from rdr_jax.operators import HIGHEST
 
 __all__ = [
@@ -200,7 +200,7 @@ def make_teacher(key, d: int, q: int, d_causal: int, *, dtype=None) -> TwoLayerP
     return _teacher(key, d, q, d_causal, _dtype_arg(dtype).name)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+@jit(static_argnums=(1, 2, 3, 4), fast_cpu_compile=False)
 def _teacher(key, d, q, d_causal, dt) -> TwoLayerParams:
     dt = np.dtype(dt)
     G = jax.random.normal(key, (d_causal + 1, q), dt)
@@ -237,7 +237,7 @@ def augment(key, X: Float[Array, "n d"], alpha: int, d_aug, *,
     return _augment(key, X, alpha, d_aug, aug_scale)
 
 
-@functools.partial(jax.jit, static_argnums=(2,))
+@jit(static_argnums=(2,), fast_cpu_compile=False)
 def _augment(key, X, alpha, d_aug, aug_scale):
     d = X.shape[1]
     mask = (jnp.arange(d) >= d - d_aug).astype(X.dtype)
@@ -295,7 +295,7 @@ def make_data(key, shape: DataShape, *, d_aug, sigma: float, aug_scale: float = 
                       shape, dt.name)
 
 
-@functools.partial(jax.jit, static_argnames=("shape", "dtype"))
+@jit(static_argnames=("shape", "dtype"), fast_cpu_compile=False)
 def _make_data(key, d_aug, sigma, aug_scale, teacher, shape: DataShape, dtype: str
                ) -> TwoLayerData:
     n, d, q, d_causal = shape.n, shape.d, shape.q, shape.d_causal
@@ -384,7 +384,7 @@ def augmentation_subspace(X: Float[Array, "n d"], X_aug: Float[Array, "alpha n d
     return _subspace(X, X_aug, None if rtol is None else float(rtol))
 
 
-@functools.partial(jax.jit, static_argnames=("rtol",))
+@jit(static_argnames=("rtol",), fast_cpu_compile=False)
 def _subspace(X, X_aug, rtol=None) -> AugmentationSubspace:
     d = X.shape[1]
     D = (X_aug - X[None]).reshape(-1, d)
@@ -444,7 +444,7 @@ def init_params(key, d: int, width: int, *, P_null: Float[Array, "d d"] | None =
     return _init_jit(key, P_null, c_w, d=d, width=width, dt=_dtype_arg(dtype).name)
 
 
-@functools.partial(jax.jit, static_argnames=("d", "width", "dt"))
+@jit(static_argnames=("d", "width", "dt"), fast_cpu_compile=False)
 def _init_jit(key, P_null, c_w, *, d, width, dt):
     return _init(key, d, width, P_null, c_w, np.dtype(dt))
 
@@ -541,7 +541,7 @@ class _FitSpec:
     optimizer: Any
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
+@jit(static_argnames=("cfg",), fast_cpu_compile=False)
 def _fit(key, X, y, X_aug, lam, c_w, learning_rate, cfg: _FitConfig):
     method, hard, width, steps, optimizer = (cfg.method, cfg.hard, cfg.width, cfg.steps,
                                              cfg.optimizer)

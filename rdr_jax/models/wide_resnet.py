@@ -8,7 +8,6 @@ match the reference. Details: ``docs/training.md`` ("Models").
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, Callable, Optional
 
@@ -19,6 +18,7 @@ from flax import nnx
 from jaxtyping import Array, Float
 
 from rdr_jax._src import validation as V
+from rdr_jax._src.jit import jit
 from rdr_jax.models._precision import at_least_float32, check_dtypes, keep_stats_precise
 
 __all__ = ["WideResNet", "BasicBlock", "conv_init", "linear_init"]
@@ -26,7 +26,7 @@ __all__ = ["WideResNet", "BasicBlock", "conv_init", "linear_init"]
 _CHUNK = 1 << 14
 
 
-@functools.partial(jax.jit, static_argnames=("dtype",))
+@jit(static_argnames=("dtype",), fast_cpu_compile=False)
 def _normal_chunk(key, i, dtype):
     return jax.random.normal(jax.random.fold_in(key, i), (_CHUNK,), dtype)
 

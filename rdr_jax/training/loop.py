@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
+from rdr_jax._src.jit import jit
 from rdr_jax._src.optional import progress_bar
 from rdr_jax.training.checkpoint import restore_checkpoint, save_checkpoint
 from rdr_jax.training.metrics import MetricsFile
@@ -118,7 +119,7 @@ def step_options(platform: str) -> Optional[dict]:
     opts = dict(_CPU_STEP_OPTIONS)
     try:   # a jaxlib without the option has no YNNPACK fusions to turn off
         x = jax.device_put(np.float32(0), jax.devices("cpu")[0])
-        jax.jit(lambda v: v + 1, compiler_options=opts).lower(x).compile()
+        jit(lambda v: v + 1, compiler_options=opts, fast_cpu_compile=False).lower(x).compile()
     except jax.errors.JaxRuntimeError:
         return None
     return opts
@@ -150,9 +151,9 @@ def metric_vector_step(step: Callable) -> tuple[Callable, list]:
 def _compile(step: Callable, mesh: Mesh, layout: Any) -> CompiledStep:
     wrapped, names = metric_vector_step(step)
     repl = replicated(mesh)
-    fn = jax.jit(wrapped, in_shardings=(repl, repl, layout_shardings(mesh, layout)),
-                 out_shardings=(repl, repl), donate_argnums=(0,),
-                 compiler_options=step_options(mesh.devices.flat[0].platform))
+    fn = jit(wrapped, in_shardings=(repl, repl, layout_shardings(mesh, layout)),
+             out_shardings=(repl, repl), donate_argnums=(0,),
+             compiler_options=step_options(mesh.devices.flat[0].platform), fast_cpu_compile=False)
     return CompiledStep(fn, names)
 
 

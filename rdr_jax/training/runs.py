@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rdr_jax._src.jit import jit
 from rdr_jax._src.optional import progress_bar
 from rdr_jax.training.loop import BatchSource, LoopConfig, check_loop, metric_vector_step, \
     step_options
@@ -66,7 +67,8 @@ def _compile_runs(step: Callable, batching: str, platform: str) -> tuple[Callabl
     wrapped, names = metric_vector_step(step)
     if batching == "vmap":
         wrapped = jax.vmap(wrapped)
-    return jax.jit(wrapped, donate_argnums=(0,), compiler_options=step_options(platform)), names
+    return jit(wrapped, donate_argnums=(0,), compiler_options=step_options(platform),
+               fast_cpu_compile=False), names
 
 
 class RunStates:
