@@ -43,8 +43,8 @@ if "PYTEST_XDIST_WORKER" not in os.environ and not os.environ.get("JAX_COMPILATI
 # The variable reaches the workers and subprocesses (set before they start; scipy's OpenBLAS
 # loads later); threadpoolctl limits the copy a plugin loaded before this file. The suite's
 # own choice for its processes: rdr_jax itself never changes a thread pool.
-# Measured: 11-15% less CPU for the whole suite (docs/development.md, "Where the suite's time
-# goes").
+# Measured: 5-11% less user CPU for a fresh clone's .ci/run (docs/development.md, "Where the
+# suite's time goes").
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import jax
