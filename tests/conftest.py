@@ -54,7 +54,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # 14 against 3 full collections and 9% less CPU time for ``tests/test_methods_generic.py``
 # (docs/development.md). Garbage is still collected (every tenth young collection promotes,
 # every tenth of those is a full one); the workers' peak memory did not change. The suite's
-# own choice for its processes, like the thread count below: rdr_jax never touches the gc.
+# own choice for its processes, like the thread count above: rdr_jax never touches the gc.
 gc.set_threshold(10_000, 10, 10)
 
 import jax
