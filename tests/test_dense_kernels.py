@@ -134,6 +134,24 @@ def test_qr_r_complex_and_zero_columns(x64, rng):
     np.testing.assert_allclose(np.asarray(R_), ref, atol=1e-12)
 
 
+@pytest.mark.parametrize("shape", [(60, 16), (32, 32), (40, 7), (7, 3), (1, 1)])
+def test_one_panel_programs_give_the_blocked_programs_bits(shape, dtype, rng):
+    """A single panel without trailing columns (k <= 32 sketches and skeleton blocks) runs
+    the panel loop alone: bitwise the factors of the panel-and-update loop (NaN and Inf
+    included), in a smaller program."""
+    A = _rand(rng, shape, dtype)
+    bad = A.copy()
+    bad[1 % shape[0], 0], bad[-1, -1] = np.nan, np.inf
+    c = shape[1]
+    for X in (A, bad):
+        for fast, slow in ((lambda a: D._lu_xla_one(a), lambda a: D._lu_xla_one(a, True)),
+                           (lambda a: D._qr_r_xla_one(a, c), lambda a: D._qr_r_xla_one(a, c, True))):
+            for x, y in zip(jax.tree.leaves(jax.jit(fast)(X)), jax.tree.leaves(jax.jit(slow)(X))):
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+            size = [len(jax.jit(f).lower(X).as_text()) for f in (fast, slow)]
+            assert size[0] < size[1], size
+
+
 def _lapack_calls(f, *args):
     txt = jax.jit(f).lower(*args).compile().as_text()
     return Counter(c for c in re.findall(r'custom_call_target="([^"]+)"', txt)

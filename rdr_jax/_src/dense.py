@@ -212,11 +212,13 @@ def _cabs1(x):
     return jnp.abs(x)
 
 
-def _lu_xla_one(A):
+def _lu_xla_one(A, blocked: bool = False):
     """Blocked right-looking LUPP of A (r x c) without moving rows: ``perm`` maps positions
     to rows (LAPACK's swaps applied to it), the factors stay in the rows of A, and the pivot
     of step t is the first largest ``|A(perm[q], t)|`` over positions ``q >= t`` (LAPACK's
-    rule, ties included)."""
+    rule, ties included). One panel without trailing columns (``c <= NB``, ``r >= c``: the
+    pipelines' sketches and skeleton blocks at k <= 32) runs the panel loop alone, the same
+    arithmetic in a smaller program; ``blocked=True`` forces the panel-and-update loop."""
     r, c = A.shape
     steps = min(r, c)
     nb, S = _blocking(steps)
@@ -266,7 +268,10 @@ def _lu_xla_one(A):
         return M, perm, pos
 
     perm0 = jnp.arange(r, dtype=jnp.int32)
-    M, perm, _ = jax.lax.fori_loop(0, S // nb, panel, (A, perm0, perm0))
+    if S == nb == Ct and not blocked:     # the panel is the whole matrix: no update
+        M, perm, _, _ = jax.lax.fori_loop(0, steps, panel_step, (A, perm0, perm0, 0))
+    else:
+        M, perm, _ = jax.lax.fori_loop(0, S // nb, panel, (A, perm0, perm0))
     return jnp.take(M[:, :c], perm, axis=0), perm
 
 
@@ -320,10 +325,12 @@ def lu(A):
 # --------------------------------------------------------------------------------------
 # Householder QR (R only)
 # --------------------------------------------------------------------------------------
-def _qr_r_xla_one(A, f: int):
+def _qr_r_xla_one(A, f: int, blocked: bool = False):
     """Top f rows of R after f Householder reflectors (LAPACK's ``zlarfg`` convention),
     blocked: each panel of ``nb`` columns is factored by a rolled loop, then applied to the
-    whole matrix as ``(I - V T V^H)^H`` (compact WY, two GEMMs)."""
+    whole matrix as ``(I - V T V^H)^H`` (compact WY, two GEMMs). One panel without trailing
+    columns (``f = c <= NB``) runs the reflector loop alone, the same arithmetic in a smaller
+    program; ``blocked=True`` forces the panel-and-update loop."""
     r, c = A.shape
     nb, F = _blocking(f)
     if F > c:
@@ -384,7 +391,11 @@ def _qr_r_xla_one(A, f: int):
         M = M - mm(V, W)
         return jax.lax.dynamic_update_slice(M, P, (0, j0))
 
-    M = jax.lax.fori_loop(0, F // nb, panel, A)
+    if F == nb == C and not blocked:      # the panel is the whole matrix: no update
+        M = jax.lax.fori_loop(0, nb, reflect, (A, jnp.zeros((R_, nb), A.dtype),
+                                               jnp.zeros((nb,), A.dtype), 0))[0]
+    else:
+        M = jax.lax.fori_loop(0, F // nb, panel, A)
     return jnp.triu(M[:f, :c])
 
 
