@@ -152,22 +152,32 @@ def test_one_panel_programs_give_the_blocked_programs_bits(shape, dtype, rng):
             assert size[0] < size[1], size
 
 
-def _lapack_calls(f, *args):
-    txt = jax.jit(f).lower(*args).compile().as_text()
+def _compiled(f, *args) -> str:
+    """The text of ``jax.jit(f)(*args)``'s compiled program."""
+    return jax.jit(f).lower(*args).compile().as_text()
+
+
+def _lapack(txt: str) -> Counter:
+    """The LAPACK custom calls in a compiled program's text."""
     return Counter(c for c in re.findall(r'custom_call_target="([^"]+)"', txt)
                    if c.startswith("lapack_"))
 
 
-@pytest.mark.parametrize("entry", ["interpolative", "two_sided", "cur", "select_columns"])
-def test_default_fixed_rank_programs_call_no_lapack_on_cpu(entry, dtype):
-    """No OpenBLAS call inside the default fixed-rank programs on CPU (issue 30)."""
+@pytest.mark.parametrize("entry", ["interpolative", "two_sided", "cur", "select_columns",
+                                   "select_skeletons"])
+def test_default_fixed_rank_programs_are_lean_on_cpu(entry, dtype):
+    """The default fixed-rank programs on CPU: no OpenBLAS call at all (issue 30; so no SVD or
+    eigensolver either) and no data-dependent conditional (issue 22's lean program)."""
     A = jnp.asarray(np.random.default_rng(0).standard_normal((300, 200)), dtype)
     f = {"interpolative": lambda k, A: R.interpolative(k, A, 60, on_rank_deficient="ignore"),
          "two_sided": lambda k, A: R.interpolative(k, A, 60, side="two_sided",
                                                    on_rank_deficient="ignore"),
          "cur": lambda k, A: R.cur(k, A, 60, on_rank_deficient="ignore"),
-         "select_columns": lambda k, A: R.select_columns(k, A, 60)}[entry]
-    assert _lapack_calls(f, jax.random.key(0), A) == Counter()
+         "select_columns": lambda k, A: R.select_columns(k, A, 60),
+         "select_skeletons": lambda k, A: R.select_skeletons(k, A, 60)}[entry]
+    txt = _compiled(f, jax.random.key(0), A)
+    assert _lapack(txt) == Counter()
+    assert not re.findall(r"\bconditional\(", txt)
 
 
 def test_platform_branch_on_cpu_is_the_xla_one(x64, rng):
@@ -184,10 +194,10 @@ def test_large_lu_goes_to_lapack_with_the_same_pivots(x64, rng):
     cols = 16
     big = D.LU_LAPACK_ENTRIES // cols + 1
     A = jnp.asarray(rng.standard_normal((big, cols)))
-    calls = _lapack_calls(D.lu, A)
+    calls = _lapack(_compiled(D.lu, A))
     assert sum(calls.values()) == 1 and next(iter(calls)).startswith("lapack_") \
         and "getrf" in next(iter(calls))
-    assert _lapack_calls(D.lu, A[:D.LU_LAPACK_ENTRIES // cols]) == Counter()
+    assert _lapack(_compiled(D.lu, A[:D.LU_LAPACK_ENTRIES // cols])) == Counter()
     lu, piv, perm = jax.jit(D.lu)(A)
     lu_x, piv_x, perm_x = jax.jit(D._lu_xla)(A)
     np.testing.assert_array_equal(np.asarray(piv), np.asarray(piv_x))
