@@ -394,7 +394,7 @@ def test_srtt_fft_tilings_agree():
             want = _srtt_reference(sk, np.asarray(A))
             for q in (4, 256, 1024):
                 for tile in (None, 10 ** 6, 8 * q):      # all at once, one chunk, 5 chunks
-                    got = S._srtt_fft(sk, X, q, tile)
+                    got = jax.jit(S._srtt_fft, static_argnums=(2, 3))(sk, X, q, tile)
                     np.testing.assert_allclose(np.asarray(got), want, atol=1e-12 * n)
 
 
@@ -412,11 +412,11 @@ def test_srtt_fft_vmap_grad_and_complex_data(rng):
         np.testing.assert_allclose(np.asarray(batched[i]), _srtt_reference(sk, np.asarray(A)),
                                    atol=2e-5 * np.abs(np.asarray(batched[i])).max())
     W = jnp.asarray(rng.standard_normal((l, 6)).astype(np.float32))
-    grad = jax.grad(lambda A: jnp.sum(W * sk.apply_dense(A, impl="fft")))(A)
+    grad = jax.jit(jax.grad(lambda A: jnp.sum(W * sk.apply_dense(A, impl="fft"))))(A)
     np.testing.assert_allclose(np.asarray(grad), np.asarray(sk.adjoint_dense() @ W),
                                rtol=1e-4, atol=1e-4)
     Z = A + 1j * jnp.asarray(rng.standard_normal((m, 6)).astype(np.float32))
-    got = sk.apply_dense(Z, impl="fft")
+    got = jax.jit(lambda Z: sk.apply_dense(Z, impl="fft"))(Z)
     assert got.dtype == np.complex64
     np.testing.assert_allclose(np.asarray(got), _srtt_reference(sk, np.asarray(Z)),
                                atol=2e-5 * np.abs(np.asarray(got)).max())
