@@ -21,6 +21,7 @@ from rdr_jax.angles import estimator, exact, posterior, prior
 from rdr_jax.angles._common import sines_orthonormal
 from rdr_jax import matrices as M
 from rdr_jax.sketching import SparseSign, make_sketch
+from tests._compile import OPTIMIZED
 
 # --------------------------------------------------------------------------------------
 # helpers
@@ -32,7 +33,8 @@ def _np(x):
     return np.asarray(x, np.float64)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "l", "q"))
+@functools.partial(jax.jit, static_argnames=("k", "l", "q"),
+                   compiler_options=OPTIMIZED)     # runs 500 rSVDs a call: tests/_compile.py
 def _true_sines_batch(A, Ut, Vtt, keys, k, l, q):
     """sin angle(U_k, U_hat_l), sin angle(V_k, V_hat_l) of rank-l rSVDs (one per key).
 
