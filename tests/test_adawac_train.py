@@ -26,6 +26,7 @@ from rdr_jax.adawac.train import (METHODS, TRIM_KEEP_RATIO, PairLoader, TinySegN
                                   init_state, make_optimizer, make_train_step, method_spec,
                                   row_weights, train, validate_config)
 from rdr_jax.adawac.transform import init_beta
+from tests._compile import OPTIMIZED
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -418,19 +419,19 @@ def test_tiny_segnet_depth_shapes_and_divisibility(depth):
 
 @pytest.fixture
 def optimized_steps(monkeypatch):
-    """Compile the train steps at XLA's default backend optimisation level, as a user's
-    process does. The suite's ``XLA_FLAGS`` (``tests/conftest.py``) turn LLVM's optimisations
-    off because most tests compile far longer than they run; the phantom runs below are the
-    other way round (480 steps each: 15.4 and 12.4 s of CPU against 24.6 and 24.8 s under
-    the suite's options). Their results move only by rounding (the AUCs below to the third
-    digit). Only here: for the shorter runs of the other training tests the longer compile
-    costs more than it saves (docs/development.md)."""
+    """Compile the train steps at XLA's default backend optimisation level
+    (``tests/_compile.py``), as a user's process does. The suite's ``XLA_FLAGS`` turn LLVM's
+    optimisations off because most tests compile far longer than they run; the phantom runs
+    below are the other way round (480 steps each: 15.4 and 12.4 s of CPU against 24.6 and
+    24.8 s under the suite's options). Their results move only by rounding (the AUCs below
+    to the third digit). Only here: for the shorter runs of the other training tests the
+    longer compile costs more than it saves (docs/development.md)."""
     from rdr_jax.training import loop
     plain = loop.step_options
 
     def optimized(platform):
         opts = plain(platform)
-        return opts if platform != "cpu" else {**(opts or {}), "xla_backend_optimization_level": 2}
+        return opts if platform != "cpu" else {**(opts or {}), **OPTIMIZED}
 
     monkeypatch.setattr(loop, "step_options", optimized)
     yield
