@@ -434,6 +434,7 @@ def optimized_steps(monkeypatch):
         return opts if platform != "cpu" else {**(opts or {}), **OPTIMIZED}
 
     monkeypatch.setattr(loop, "step_options", optimized)
+    loop._compile.cache_clear()         # a step an earlier test compiled would skip the option
     yield
     loop._compile.cache_clear()         # no later test reuses a step compiled here
 
